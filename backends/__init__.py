@@ -1,0 +1,1 @@
+"""Backends (CPU via llvmlite, PTX, CUDA) arrive with later issues."""

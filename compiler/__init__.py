@@ -1,0 +1,1 @@
+"""tcc: a staged tensor-algebra compiler with exact symbolic derivatives."""
