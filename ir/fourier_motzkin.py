@@ -1,0 +1,330 @@
+"""Fourier-Motzkin elimination with parametric right-hand sides.
+
+The kernel coordinates ``z`` of ``alpha = I beta + K z`` must satisfy range
+constraints ``K z >= 1 - I beta`` and ``-K z >= -N + I beta`` (eqs. 43-44).
+The right-hand sides depend on the parameter index ``beta``, so elimination
+is done once, symbolically: every right-hand side is a ``Linear`` form over
+parameter symbols, and the result is a set of loop bounds (eq. 45) plus
+feasibility conditions on the parameters alone (Algorithm 3's ``F b <= 0``).
+
+Rows are kept integral in the variables.  Because both the variables and the
+parameters are integers, rows are tightened (divide by the gcd, round the
+constant) which both shrinks the loop ranges and lets dominance pruning find
+duplicates.  Enumeration of the bounds is exact for integer points: every
+original constraint ends up, possibly tightened, as a bound of its innermost
+variable, and derived rows are only implied (redundant but tightening) ones.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Hashable, Iterable, Mapping, Sequence
+
+from .linear import Linear, Scalar
+
+__all__ = [
+    "Constraint",
+    "BoundTerm",
+    "VariableBounds",
+    "Projection",
+    "MAX_ROWS",
+    "eliminate",
+    "enumerate_points",
+    "bound_value",
+]
+
+MAX_ROWS = 5000
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``coeffs . x >= rhs`` with ``rhs`` a form over parameter symbols."""
+
+    coeffs: tuple[int, ...]
+    rhs: Linear
+
+
+@dataclass(frozen=True)
+class BoundTerm:
+    """One bound term of variable ``x_k``.
+
+    lower: ``x_k >= ceil((rhs + sum_j coeffs[j] x_j) / divisor)``;
+    upper: ``x_k <= floor((rhs + sum_j coeffs[j] x_j) / divisor)``.
+    ``coeffs`` has one entry per variable and is nonzero only for ``j > k``.
+    """
+
+    coeffs: tuple[int, ...]
+    rhs: Linear
+    divisor: int
+
+
+@dataclass(frozen=True)
+class VariableBounds:
+    lower: tuple[BoundTerm, ...]  # x_k >= max(ceil(term))
+    upper: tuple[BoundTerm, ...]  # x_k <= min(floor(term))
+
+
+@dataclass(frozen=True)
+class Projection:
+    bounds: tuple[VariableBounds, ...]  # index k -> bounds of x_k
+    feasibility: tuple[Linear, ...]  # each f must satisfy f >= 0
+    infeasible: bool  # a constant contradiction (0 >= c > 0) was derived
+
+
+# --------------------------------------------------------- normalisation --
+
+def _ceil(q: Fraction) -> int:
+    return -((-q.numerator) // q.denominator)
+
+
+def _floor(q: Fraction) -> int:
+    return q.numerator // q.denominator
+
+
+def _symbolic_integral(form: Linear) -> bool:
+    """Integer parameters map to integers under the symbolic part."""
+    return all(c.denominator == 1 for _, c in form.terms)
+
+
+def _normalise_row(coeffs: tuple[int, ...], rhs: Linear) -> tuple[tuple[int, ...], Linear]:
+    """Make coeffs primitive and tighten the rhs constant.
+
+    With integer x, ``coeffs . x`` is a multiple of g = gcd(coeffs).  If the
+    symbolic part of the rhs is integer-valued, the constant can be rounded
+    up (``g y >= s + c  <=>  g y >= s + ceil(c)``), and if moreover g divides
+    the symbolic part, the division by g rounds the constant once more."""
+    g = 0
+    for a in coeffs:
+        g = math.gcd(g, a)
+    if g == 0:
+        return coeffs, rhs
+    if _symbolic_integral(rhs):
+        c = rhs.const
+        sym = rhs - c
+        if all(int(v) % g == 0 for _, v in sym.terms):
+            rhs = sym / g + _ceil(c / g)
+            return tuple(a // g for a in coeffs), rhs
+        rhs = sym + _ceil(c)
+    if g > 1:
+        coeffs = tuple(a // g for a in coeffs)
+        rhs = rhs / g
+    return coeffs, rhs
+
+
+def _normalise_condition(f: Linear) -> Linear:
+    """Tighten a parameter-only condition ``f >= 0`` the same way: with an
+    integral symbolic part of content g, ``s + c >= 0 <=> s/g + floor(c/g) >= 0``."""
+    if f.is_constant() or not _symbolic_integral(f):
+        return f
+    g = 0
+    for _, v in f.terms:
+        g = math.gcd(g, int(v))
+    c = f.const
+    return (f - c) / g + _floor(c / g)
+
+
+def _prune_max(items: Iterable[tuple[Hashable, Fraction, object]]) -> list[object]:
+    """Keep, per dominance key, the item with the largest value (the tightest);
+    it takes the slot of the key's first occurrence, so order stays stable."""
+    slots: dict[Hashable, int] = {}
+    kept: list[tuple[Fraction, object]] = []
+    for key, value, item in items:
+        idx = slots.get(key)
+        if idx is None:
+            slots[key] = len(kept)
+            kept.append((value, item))
+        elif value > kept[idx][0]:
+            kept[idx] = (value, item)
+    return [item for _, item in kept]
+
+
+# ------------------------------------------------------------- internals --
+
+@dataclass(frozen=True)
+class _Row:
+    coeffs: tuple[int, ...]
+    rhs: Linear
+    history: frozenset[int]  # original rows combined into this one (Chernikov)
+
+
+def _make_row(coeffs: tuple[int, ...], rhs: Linear, history: frozenset[int]) -> _Row:
+    c, r = _normalise_row(coeffs, rhs)
+    return _Row(c, r, history)
+
+
+class _Eliminator:
+    """State of Algorithm 3: current rows and collected conditions."""
+
+    def __init__(self, nvars: int) -> None:
+        self.nvars = nvars
+        self.feasibility: list[Linear] = []
+        self.infeasible = False
+
+    def prune(self, rows: Sequence[_Row]) -> list[_Row]:
+        """Split off variable-free rows; drop duplicates and dominated rows."""
+        live: list[_Row] = []
+        for row in rows:
+            if any(row.coeffs):
+                live.append(row)
+            elif row.rhs.is_constant():
+                if row.rhs.const > 0:  # 0 >= positive: contradiction
+                    self.infeasible = True
+            else:
+                self.feasibility.append(_normalise_condition(-row.rhs))
+        self._prune_feasibility()
+        # identical coeffs and symbolic rhs: the largest constant is tightest;
+        # among equals prefer the shortest history (helps Chernikov pruning).
+        slots: dict[tuple, int] = {}
+        kept: list[_Row] = []
+        for row in live:
+            key = (row.coeffs, row.rhs.without_const())
+            idx = slots.get(key)
+            if idx is None:
+                slots[key] = len(kept)
+                kept.append(row)
+                continue
+            old = kept[idx]
+            if row.rhs.const > old.rhs.const or (
+                row.rhs.const == old.rhs.const and len(row.history) < len(old.history)
+            ):
+                kept[idx] = row
+        return kept
+
+    def _prune_feasibility(self) -> None:
+        # f >= 0 with equal symbolic parts: the smallest constant is tightest.
+        self.feasibility = _prune_max(
+            (f.without_const(), -f.const, f) for f in self.feasibility  # type: ignore[misc]
+        )
+
+
+def _bound_terms(rows: Iterable[_Row], k: int, nvars: int) -> tuple[list[BoundTerm], list[BoundTerm]]:
+    """Solve each row for ``x_k`` (Algorithm 3 lines 7-10)."""
+    lower: list[BoundTerm] = []
+    upper: list[BoundTerm] = []
+    for row in rows:
+        a = row.coeffs[k]
+        outer = tuple(-row.coeffs[j] if j > k else 0 for j in range(nvars))
+        if a > 0:
+            lower.append(BoundTerm(outer, row.rhs, a))
+        elif a < 0:
+            upper.append(BoundTerm(tuple(-c for c in outer), -row.rhs, -a))
+    return lower, upper
+
+
+def _prune_bounds(terms: Sequence[BoundTerm], upper: bool) -> tuple[BoundTerm, ...]:
+    """Drop duplicate and dominated bound terms of one variable.
+
+    Terms whose value ``(rhs + coeffs.x)/divisor`` differs only by a constant
+    are comparable for every x; ceil/floor are monotone, so the larger (lower
+    bounds) or smaller (upper bounds) constant wins."""
+    def key(t: BoundTerm) -> tuple:
+        return (
+            tuple(Fraction(c, t.divisor) for c in t.coeffs),
+            t.rhs.without_const() / t.divisor,
+        )
+
+    sign = -1 if upper else 1
+    return tuple(
+        _prune_max((key(t), sign * t.rhs.const / t.divisor, t) for t in terms)  # type: ignore[misc]
+    )
+
+
+def eliminate(constraints: Sequence[Constraint], nvars: int) -> Projection:
+    """Algorithm 3 on ``A x >= b`` with parametric ``b``.
+
+    ``x_0`` is eliminated first (innermost loop, bounds in ``x_1..`` and the
+    parameters), ``x_{nvars-1}`` last (outermost, parameters only)."""
+    state = _Eliminator(nvars)
+    rows: list[_Row] = []
+    for i, con in enumerate(constraints):
+        if len(con.coeffs) != nvars:
+            raise ValueError(f"constraint {i} has {len(con.coeffs)} coefficients, expected {nvars}")
+        rhs = con.rhs if isinstance(con.rhs, Linear) else Linear.const_(con.rhs)
+        rows.append(_make_row(tuple(int(a) for a in con.coeffs), rhs, frozenset((i,))))
+    rows = state.prune(rows)
+
+    bounds: list[VariableBounds] = []
+    combined_steps = 0  # variables eliminated by combination (Chernikov bound)
+    for k in range(nvars):
+        pos = [r for r in rows if r.coeffs[k] > 0]
+        neg = [r for r in rows if r.coeffs[k] < 0]
+        zero = [r for r in rows if r.coeffs[k] == 0]
+        lower, upper = _bound_terms(rows, k, nvars)
+        bounds.append(VariableBounds(_prune_bounds(lower, False), _prune_bounds(upper, True)))
+        if not pos and not neg:
+            continue  # x_k does not occur
+        if not pos or not neg:
+            rows = zero  # one-sided: x_k can always be chosen (lines 12-13)
+            continue
+        if len(zero) + len(pos) * len(neg) > MAX_ROWS:
+            raise ValueError(
+                f"Fourier-Motzkin elimination of x_{k} would generate "
+                f"{len(zero) + len(pos) * len(neg)} rows (limit {MAX_ROWS})"
+            )
+        combined_steps += 1
+        new_rows = list(zero)
+        for p in pos:
+            for n in neg:
+                history = p.history | n.history
+                # Chernikov: a combination of more than (steps + 1) original
+                # rows is implied by the others, so it can be skipped.
+                if len(history) > combined_steps + 1:
+                    continue
+                a, b = p.coeffs[k], -n.coeffs[k]
+                coeffs = tuple(b * cp + a * cn for cp, cn in zip(p.coeffs, n.coeffs))
+                new_rows.append(_make_row(coeffs, p.rhs * b + n.rhs * a, history))
+        rows = state.prune(new_rows)
+    # every variable is eliminated now; remaining rows were split off by prune
+    state.prune(rows)
+    return Projection(tuple(bounds), tuple(state.feasibility), state.infeasible)
+
+
+# ------------------------------------------------------------ enumeration --
+
+def bound_value(
+    term: BoundTerm,
+    params: Mapping[Hashable, Scalar],
+    outer: Mapping[int, int],
+    upper: bool,
+) -> int:
+    """Integer value of one bound term: floor for upper, ceil for lower."""
+    value = term.rhs.evaluate(params)
+    for j, c in enumerate(term.coeffs):
+        if c:
+            value += c * outer[j]
+    q = value / term.divisor
+    return _floor(q) if upper else _ceil(q)
+
+
+def enumerate_points(
+    projection: Projection, params: Mapping[Hashable, Scalar]
+) -> list[tuple[int, ...]]:
+    """All integer x within the bounds, by nested loops (eq. 47), outermost
+    ``x_{M-1}`` first: lexicographic in ``(x_{M-1}, ..., x_0)``."""
+    if projection.infeasible:
+        return []
+    for vb in projection.bounds:
+        if not vb.lower or not vb.upper:
+            raise ValueError("unbounded")
+    if any(f.evaluate(params) < 0 for f in projection.feasibility):
+        return []
+    nvars = len(projection.bounds)
+    out: list[tuple[int, ...]] = []
+    values: dict[int, int] = {}
+
+    def loop(k: int) -> None:
+        if k < 0:
+            out.append(tuple(values[j] for j in range(nvars)))
+            return
+        vb = projection.bounds[k]
+        lo = max(bound_value(t, params, values, False) for t in vb.lower)
+        hi = min(bound_value(t, params, values, True) for t in vb.upper)
+        for v in range(lo, hi + 1):
+            values[k] = v
+            loop(k - 1)
+        values.pop(k, None)
+
+    loop(nvars - 1)
+    return out
