@@ -89,27 +89,29 @@ def _symbolic_integral(form: Linear) -> bool:
 
 
 def _normalise_row(coeffs: tuple[int, ...], rhs: Linear) -> tuple[tuple[int, ...], Linear]:
-    """Make coeffs primitive and tighten the rhs constant.
+    """Divide out the content of a row and tighten its rhs constant.
 
     With integer x, ``coeffs . x`` is a multiple of g = gcd(coeffs).  If the
-    symbolic part of the rhs is integer-valued, the constant can be rounded
-    up (``g y >= s + c  <=>  g y >= s + ceil(c)``), and if moreover g divides
-    the symbolic part, the division by g rounds the constant once more."""
+    symbolic part s of the rhs is integer-valued, the constant c can be
+    rounded up (``g y >= s + c  <=>  g y >= s + ceil(c)``), and if g also
+    divides s, dividing by g rounds once more: ``y >= s/g + ceil(c/g)``.
+    The row is divided by g only when that is exact for the symbolic part
+    (numerators divisible by g); otherwise g stays and later becomes the
+    divisor of a bound term, keeping rhs forms integral where they were."""
     g = 0
     for a in coeffs:
         g = math.gcd(g, a)
     if g == 0:
         return coeffs, rhs
+    c = rhs.const
+    sym = rhs - c
+    h = g if all(v.numerator % g == 0 for _, v in sym.terms) else 1
     if _symbolic_integral(rhs):
-        c = rhs.const
-        sym = rhs - c
-        if all(int(v) % g == 0 for _, v in sym.terms):
-            rhs = sym / g + _ceil(c / g)
-            return tuple(a // g for a in coeffs), rhs
-        rhs = sym + _ceil(c)
-    if g > 1:
-        coeffs = tuple(a // g for a in coeffs)
-        rhs = rhs / g
+        rhs = sym / h + _ceil(c / h)
+    elif h > 1:
+        rhs = rhs / h
+    if h > 1:
+        coeffs = tuple(a // h for a in coeffs)
     return coeffs, rhs
 
 
