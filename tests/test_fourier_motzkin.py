@@ -268,3 +268,25 @@ def test_row_limit():
     cons += [Constraint((-1, i), const(-100)) for i in range(1000, 1080)]
     with pytest.raises(ValueError, match="limit"):
         eliminate(cons, 2)
+
+
+# ---------------------------------------------------------------- Linear --
+
+def test_linear_basics():
+    from fractions import Fraction
+
+    x, y = Linear.symbol("x"), Linear.symbol("y")
+    e = 2 * x - y + 3
+    assert e == Linear([("y", -1), ("x", 2)], 3)  # order-independent equality
+    assert hash(e) == hash(Linear({"y": -1, "x": 2}, 3))
+    assert e.terms == (("x", Fraction(2)), ("y", Fraction(-1)))  # first appearance
+    assert (e - 2 * x).symbols() == ("y",)  # zero coefficients dropped
+    assert (e / 2).coeff("x") == 1 and (e / 2).const == Fraction(3, 2)
+    assert not (e / 2).is_integral() and e.is_integral()
+    assert e.substitute({"x": y + 1}) == y + 5
+    assert e.evaluate({"x": 1, "y": Fraction(1, 2)}) == Fraction(9, 2)
+    assert Linear.const_(4).is_constant() and Linear.const_(4) == 4
+    with pytest.raises(TypeError):
+        Linear({"x": 0.5})
+    with pytest.raises(KeyError):
+        e.evaluate({"x": 1})
