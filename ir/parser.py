@@ -1,0 +1,513 @@
+"""Recursive-descent parser of the tcc language (the inverse of :mod:`tcc.ir.printer`).
+
+    stmt       := 'input' decl (',' decl)* | 'output' decl (',' decl)* | 'local' decl (',' decl)*
+                | NAME ('[' NAME (',' NAME)* ']')? '=' expr
+    decl       := NAME ('[' index (',' index)* ']')?
+    expr       := term (('+'|'-') term)*
+    term       := unary (('*'|'/') unary)*
+    unary      := '-' unary | power          # '-' NUMBER (not followed by '**') is a negative Const
+    power      := primary ('**' unary)?
+    primary    := NUMBER | NAME | NAME '[' index, ... ']' | FUNC '(' expr ')'
+                | 'sum' '[' sumhead ']' '(' expr ')' | 'where' '(' cond ',' expr ',' expr ')' | '(' expr ')'
+    sumhead    := var (':' bound '..' bound)? (',' ...)*  |  NAME (',' NAME)* '|' cond (',' cond)*
+    index      := iterm (('+'|'-') iterm)*
+    iterm      := '-' iterm | ifactor ('*' ifactor | '//' ifactor | '%' ifactor)*
+    ifactor    := INT | NAME | '(' index ')' | '-' ifactor
+    cond       := cand ('or' cand)* ; cand := cnot ('and' cnot)*
+    cnot       := 'not' cnot | '(' cond ')' | index CMP index
+
+A leading ``-`` of an index term negates the whole term (``-(i + 1) // 2`` is
+``-((i + 1) // 2)``): that is how the printer writes an affine expression whose
+first term is a negated ``//`` or ``%`` atom.
+
+Only syntactic and local checks are made here; undeclared tensors, arities and
+unbound index names are the verifier's business.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from tcc.diagnostics import TccError
+
+from .expr import UNARY_FUNCTIONS, Access, Binary, Const, CSum, Expr, Sum, Unary, Where
+from .index import Affine, And, Compare, Cond, Not, Or
+from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
+from .program import Definition, Loc, Program, SourceMap, TensorDecl
+
+__all__ = ["parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
+
+MAX_DEPTH = 100  # nesting levels; deeper input is reported instead of overflowing the stack
+
+_FUNCTIONS = frozenset(UNARY_FUNCTIONS)
+_DECL_WORDS = ("input", "output", "local")
+
+
+class Parser:
+    def __init__(self, text: str, filename: str = "<input>"):
+        self.text = text
+        self.source = SourceMap(filename, text, {})
+        self._tokens: Iterator[Token] = tokenize(text, self.source)
+        self.toks: list[Token] = []
+        self.i = 0
+        self.depth = 0
+        self.scope: list[str] = []  # left-hand side indices and enclosing sum variables
+        self.prev_end = 0
+        self._lex_error: TccError | None = None
+
+    # -- token access ----------------------------------------------------
+    def peek(self, k: int = 0) -> Token:
+        j = self.i + k
+        while len(self.toks) <= j:
+            if self.toks and self.toks[-1].kind == "EOF":
+                return self.toks[-1]
+            if self._lex_error is not None:  # the tokenizer stopped; backtracking may ask again
+                raise self._lex_error
+            try:
+                self.toks.append(next(self._tokens))
+            except TccError as e:
+                self._lex_error = e
+                raise
+        return self.toks[j]
+
+    def advance(self) -> Token:
+        tok = self.peek()
+        if tok.kind != "EOF":
+            self.i += 1
+        self.prev_end = tok.end
+        return tok
+
+    def error(self, message: str, tok: Token | Loc) -> TccError:
+        loc = tok if isinstance(tok, Loc) else tok.loc
+        return TccError(message, loc, self.source)
+
+    def unexpected(self, what: str, tok: Token | None = None) -> TccError:
+        tok = tok or self.peek()
+        if tok.kind == "EOF":
+            return self.error("unexpected end of input", tok)
+        return self.error(f"expected {what} but found {tok.describe()}", tok)
+
+    def expect(self, op: str) -> Token:
+        tok = self.peek()
+        if not tok.is_op(op):
+            raise self.unexpected(f"'{op}'", tok)
+        return self.advance()
+
+    def name(self, what: str = "a name") -> Token:
+        tok = self.peek()
+        if tok.kind != "NAME":
+            raise self.unexpected(what, tok)
+        if tok.value in KEYWORDS:
+            raise self.error(f"'{tok.value}' is a reserved word", tok)
+        return self.advance()
+
+    def at_end_of_statement(self) -> bool:
+        return self.peek().kind in ("NEWLINE", "EOF")
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error("expression is nested too deeply", self.peek())
+
+    def record(self, node: Expr, tok: Token) -> None:
+        self.source.nodes.setdefault(node, tok.loc)
+
+    # -- programs ---------------------------------------------------------
+    def program(self) -> Program:
+        inputs: list[TensorDecl] = []
+        declared: dict[str, Token] = {}  # every declared name (input, output, local)
+        fixed: list[tuple[str, str, Token, tuple[Affine, ...] | None]] = []  # output/local decls
+        defs: dict[str, tuple[Token, tuple[str, ...], Expr]] = {}
+        while True:
+            while self.peek().kind == "NEWLINE":
+                self.advance()
+            tok = self.peek()
+            if tok.kind == "EOF":
+                break
+            if tok.is_word(*_DECL_WORDS):
+                self.advance()
+                while True:
+                    ntok = self.name("a tensor name")
+                    if ntok.value in declared:
+                        raise self.error(f"'{ntok.value}' is already declared", ntok)
+                    if tok.value == "input" and ntok.value in defs:
+                        raise self.error(f"'{ntok.value}' is already defined", ntok)
+                    extents: tuple[Affine, ...] | None = None
+                    if self.peek().is_op("["):
+                        extents = self.index_list()
+                    declared[ntok.value] = ntok
+                    if tok.value == "input":
+                        inputs.append(TensorDecl(ntok.value, extents or (), ntok.loc))
+                    else:
+                        fixed.append((tok.value, ntok.value, ntok, extents))
+                    if not self.peek().is_op(","):
+                        break
+                    self.advance()
+            elif tok.kind == "NAME":
+                ntok = self.name("a declaration or definition")
+                if ntok.value in defs:
+                    raise self.error(f"'{ntok.value}' is already defined", ntok)
+                if any(d.name == ntok.value for d in inputs):
+                    raise self.error(f"cannot redefine input '{ntok.value}'", ntok)
+                indices: list[str] = []
+                if self.peek().is_op("["):
+                    self.advance()
+                    while True:
+                        itok = self.name("an index name")
+                        if itok.value in indices:
+                            raise self.error(f"index '{itok.value}' appears twice on the left-hand side", itok)
+                        indices.append(itok.value)
+                        if self.peek().is_op(","):
+                            self.advance()
+                            continue
+                        self.expect("]")
+                        break
+                self.expect("=")
+                self.scope = list(indices)
+                body = self.expr()
+                self.scope = []
+                defs[ntok.value] = (ntok, tuple(indices), body)
+            else:
+                raise self.unexpected("a declaration or definition", tok)
+            if not self.at_end_of_statement():
+                raise self.unexpected("end of line")
+
+        extents_of: dict[str, tuple[Affine, ...] | None] = {}
+        for kind, name, ntok, ext in fixed:
+            if name not in defs:
+                raise self.error(f"{kind} '{name}' has no definition", ntok)
+            if ext is None and not defs[name][1]:
+                ext = ()  # `output g` for a scalar definition g
+            extents_of[name] = ext
+        definitions = tuple(
+            Definition(name, indices, body, extents_of.get(name), ntok.loc)
+            for name, (ntok, indices, body) in defs.items()
+        )
+        outputs = tuple(name for kind, name, _, _ in fixed if kind == "output")
+        return Program(tuple(inputs), definitions, outputs, source=self.source)
+
+    def index_list(self) -> tuple[Affine, ...]:
+        self.expect("[")
+        items = [self.index()]
+        while self.peek().is_op(","):
+            self.advance()
+            items.append(self.index())
+        self.expect("]")
+        return tuple(items)
+
+    # -- scalar expressions -------------------------------------------------
+    def expr(self) -> Expr:
+        lhs = self.term()
+        while self.peek().is_op("+", "-"):
+            op = self.advance().value
+            lhs = Binary(op, lhs, self.term())
+        return lhs
+
+    def term(self) -> Expr:
+        lhs = self.unary()
+        while self.peek().is_op("*", "/"):
+            op = self.advance().value
+            lhs = Binary(op, lhs, self.unary())
+        return lhs
+
+    def unary(self) -> Expr:
+        self.enter()
+        try:
+            tok = self.peek()
+            if tok.is_op("-"):
+                num = self.peek(1)
+                if num.kind in ("INT", "FLOAT") and not self.peek(2).is_op("**"):
+                    self.advance()
+                    self.advance()
+                    return Const(-self.number(num))
+                self.advance()
+                return Unary("neg", self.unary())
+            base = self.primary()
+            if self.peek().is_op("**"):
+                self.advance()
+                return Binary("**", base, self.unary())
+            return base
+        finally:
+            self.depth -= 1
+
+    def number(self, tok: Token) -> int | float:
+        return int(tok.value) if tok.kind == "INT" else float(tok.value)
+
+    def primary(self) -> Expr:
+        tok = self.peek()
+        if tok.kind in ("INT", "FLOAT"):
+            self.advance()
+            return Const(self.number(tok))
+        if tok.is_op("("):
+            self.advance()
+            e = self.expr()
+            self.expect(")")
+            return e
+        if tok.kind != "NAME":
+            raise self.unexpected("an expression", tok)
+        word = tok.value
+        if word == "sum":
+            return self.sum_expr()
+        if word == "where":
+            self.advance()
+            self.expect("(")
+            cond = self.cond()
+            self.expect(",")
+            then = self.expr()
+            self.expect(",")
+            other = self.expr()
+            self.expect(")")
+            return Where(cond, then, other)
+        if word in _FUNCTIONS:
+            self.advance()
+            self.expect("(")
+            arg = self.expr()
+            self.expect(")")
+            return Unary(word, arg)
+        self.name()  # reports reserved words
+        indices: tuple[Affine, ...] = ()
+        if self.peek().is_op("["):
+            indices = self.index_list()
+        node = Access(word, indices)
+        self.record(node, tok)
+        return node
+
+    def sum_var(self, seen: list[str]) -> Token:
+        vtok = self.name("a sum index")
+        if vtok.value in self.scope or vtok.value in seen:
+            raise self.error(f"sum index '{vtok.value}' shadows an enclosing index", vtok)
+        seen.append(vtok.value)
+        return vtok
+
+    def sum_expr(self) -> Expr:
+        stok = self.advance()  # 'sum'
+        self.expect("[")
+        outer_scope = self.scope
+        heads: list[tuple[Token, tuple[Affine, ...], tuple[Affine, ...]]] = []
+        names: list[str] = []
+        ranged = False
+        constraints: list[Cond] | None = None
+        try:
+            self.scope = list(outer_scope)
+            while True:
+                vtok = self.sum_var(names)
+                lo: tuple[Affine, ...] = ()
+                hi: tuple[Affine, ...] = ()
+                if self.peek().is_op(":"):
+                    self.advance()
+                    lo = self.bound("max")
+                    self.expect("..")
+                    hi = self.bound("min")
+                    ranged = True
+                heads.append((vtok, lo, hi))
+                self.scope.append(vtok.value)
+                if self.peek().is_op(","):
+                    self.advance()
+                    continue
+                if self.peek().is_op("|") and not ranged:
+                    self.advance()
+                    constraints = []
+                    if not self.peek().is_op("]"):
+                        constraints.append(self.cond())
+                        while self.peek().is_op(","):
+                            self.advance()
+                            constraints.append(self.cond())
+                break
+            self.expect("]")
+            self.expect("(")
+            body = self.expr()
+            self.expect(")")
+        finally:
+            self.scope = outer_scope
+        if constraints is not None:
+            node: Expr = CSum(tuple(names), tuple(constraints), body)
+            self.record(node, stok)
+            return node
+        node = body
+        for k in range(len(heads) - 1, -1, -1):
+            vtok, lo, hi = heads[k]
+            node = Sum(vtok.value, lo, hi, node)
+            self.record(node, stok if k == 0 else vtok)
+        return node
+
+    def bound(self, fn: str) -> tuple[Affine, ...]:
+        tok = self.peek()
+        if tok.is_word("max", "min"):
+            if tok.value != fn:
+                where = "a lower" if tok.value == "max" else "an upper"
+                raise self.error(f"'{tok.value}(...)' is only allowed in {where} bound", tok)
+            self.advance()
+            self.expect("(")
+            items = [self.index()]
+            while self.peek().is_op(","):
+                self.advance()
+                items.append(self.index())
+            self.expect(")")
+            return tuple(items)
+        return (self.index(),)
+
+    # -- index expressions --------------------------------------------------
+    def index(self) -> Affine:
+        a = self.iterm()
+        while self.peek().is_op("+", "-"):
+            op = self.advance().value
+            b = self.iterm()
+            a = a + b if op == "+" else a - b
+        return a
+
+    def iterm(self) -> Affine:
+        self.enter()
+        try:
+            if self.peek().is_op("-"):
+                self.advance()
+                return -self.iterm()
+            start = self.peek()
+            a = self.ifactor()
+            while True:
+                tok = self.peek()
+                if tok.is_op("*"):
+                    self.advance()
+                    b = self.ifactor()
+                    if a.is_constant:
+                        a = b * a.const
+                    elif b.is_constant:
+                        a = a * b.const
+                    else:
+                        product = self.text[start.pos:self.prev_end]
+                        raise self.error(f"index expression is not affine: {product}", start)
+                elif tok.is_op("//", "%"):
+                    self.advance()
+                    dtok = self.peek()
+                    d = self.ifactor()
+                    if not d.is_constant or d.const <= 0:
+                        raise self.error(f"the divisor of '{tok.value}' must be a positive integer constant", dtok)
+                    a = a.floordiv(d.const) if tok.value == "//" else a.mod(d.const)
+                else:
+                    return a
+        finally:
+            self.depth -= 1
+
+    def ifactor(self) -> Affine:
+        self.enter()
+        try:
+            tok = self.peek()
+            if tok.kind == "INT":
+                self.advance()
+                return Affine.constant(int(tok.value))
+            if tok.kind == "NAME":
+                return Affine.var(self.name().value)
+            if tok.is_op("("):
+                self.advance()
+                a = self.index()
+                self.expect(")")
+                return a
+            if tok.is_op("-"):
+                self.advance()
+                return -self.ifactor()
+            raise self.unexpected("an index expression", tok)
+        finally:
+            self.depth -= 1
+
+    # -- conditions -----------------------------------------------------------
+    def cond(self) -> Cond:
+        parts = [self.cand()]
+        while self.peek().is_word("or"):
+            self.advance()
+            parts.append(self.cand())
+        return parts[0] if len(parts) == 1 else Or(tuple(parts))
+
+    def cand(self) -> Cond:
+        parts = [self.cnot()]
+        while self.peek().is_word("and"):
+            self.advance()
+            parts.append(self.cnot())
+        return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+    def cnot(self) -> Cond:
+        self.enter()
+        try:
+            tok = self.peek()
+            if tok.is_word("not"):
+                self.advance()
+                return Not(self.cnot())
+            if not tok.is_op("("):
+                return self.compare()
+            # '(' starts either a parenthesised condition or an index: `(i + 1) // 2 == j`
+            save, depth = self.i, self.depth
+            try:
+                return self.compare()
+            except TccError as e1:
+                first = e1
+            self.i, self.depth = save, depth
+            try:
+                self.advance()
+                c = self.cond()
+                self.expect(")")
+                return c
+            except TccError as e2:
+                # report whichever reading got further
+                a, b = first.loc, e2.loc
+                raise first if a is not None and b is not None and (a.line, a.col) > (b.line, b.col) else e2
+        finally:
+            self.depth -= 1
+
+    def compare(self) -> Compare:
+        lhs = self.index()
+        tok = self.peek()
+        if not (tok.kind == "OP" and tok.value in COMPARISON_OPS):
+            raise self.unexpected("a comparison operator", tok)
+        self.advance()
+        rhs = self.index()
+        nxt = self.peek()
+        if nxt.kind == "OP" and nxt.value in COMPARISON_OPS:
+            raise self.error("chained comparisons are not allowed; use 'and'", nxt)
+        return Compare(tok.value, lhs, rhs)
+
+    def finish(self) -> None:
+        while self.peek().kind == "NEWLINE":
+            self.advance()
+        if self.peek().kind != "EOF":
+            raise self.unexpected("end of input")
+
+
+def _run(text: str, filename: str, fn):  # noqa: ANN001, ANN202
+    parser = Parser(text, filename)
+    try:
+        return fn(parser)
+    except RecursionError:
+        tok = parser.toks[min(parser.i, len(parser.toks) - 1)] if parser.toks else None
+        raise TccError(
+            "expression is nested too deeply", tok.loc if tok is not None else Loc(1, 1), parser.source
+        ) from None
+
+
+def parse_program(text: str, filename: str = "<input>") -> Program:
+    """Parse a whole program; raises :class:`TccError` on any mistake."""
+    return _run(text, filename, lambda p: p.program())
+
+
+def _single(method: str, indices: Iterable[str]):  # noqa: ANN202
+    def go(p: Parser):  # noqa: ANN202
+        p.scope = list(indices)
+        while p.peek().kind == "NEWLINE":
+            p.advance()
+        result = getattr(p, method)()
+        p.scope = []
+        p.finish()
+        return result
+
+    return go
+
+
+def parse_expr(text: str, filename: str = "<input>", indices: Iterable[str] = ()) -> Expr:
+    """Parse one scalar expression; ``indices`` are the enclosing (left-hand side) index names."""
+    return _run(text, filename, _single("expr", indices))
+
+
+def parse_index(text: str, filename: str = "<input>") -> Affine:
+    """Parse one index expression."""
+    return _run(text, filename, _single("index", ()))
+
+
+def parse_cond(text: str, filename: str = "<input>") -> Cond:
+    """Parse one index condition."""
+    return _run(text, filename, _single("cond", ()))
