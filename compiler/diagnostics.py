@@ -1,0 +1,37 @@
+"""User-facing errors: ``FILE:LINE:COL: error: message``, the line and a caret.
+
+Every mistake in a user's program or command line is a :class:`TccError`; the
+driver prints it and exits 1.  Anything else escaping is a compiler bug.
+"""
+from __future__ import annotations
+
+from tcc.ir.program import Loc, SourceMap
+
+
+class TccError(Exception):
+    def __init__(self, message: str, loc: Loc | None = None, source: SourceMap | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+        self.source = source
+
+    def located(self, loc: Loc | None, source: SourceMap | None) -> "TccError":
+        """Attach a location if the error has none yet."""
+        if self.loc is None and loc is not None:
+            self.loc = loc
+        if self.source is None:
+            self.source = source
+        return self
+
+    def render(self) -> str:
+        src = self.source
+        if self.loc is None or src is None:
+            prefix = f"{src.filename}: " if src is not None else ""
+            return f"{prefix}error: {self.message}"
+        lines = src.text.splitlines()
+        line = lines[self.loc.line - 1] if 0 < self.loc.line <= len(lines) else ""
+        caret = " " * (self.loc.col - 1) + "^"
+        return f"{src.filename}:{self.loc.line}:{self.loc.col}: error: {self.message}\n{line}\n{caret}"
+
+    def __str__(self) -> str:
+        return self.render()

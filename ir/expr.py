@@ -1,0 +1,376 @@
+"""L1 expression nodes: immutable and hash-consed.
+
+Building the same node twice returns the same object, so structural equality is
+identity, common subexpressions are shared for free and a derivative DAG grows
+linearly with the function (seed 003, sec. 4.8).  Node identity is also what
+reverse accumulation keys its adjoints on.
+
+Nodes never fold or simplify on construction: what a pass builds is what the
+printer shows, and ``simplify`` is an explicit, dumpable step.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Iterator, Mapping
+
+from .index import Affine, Cond, conjuncts
+
+UNARY_FUNCTIONS = (
+    "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "abs", "sign", "relu", "sigmoid",
+)
+BINARY_OPS = ("+", "-", "*", "/", "**")
+
+_TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
+
+
+class Expr:
+    """Base class.  Subclasses list their fields in ``_fields``."""
+
+    __slots__ = ("__weakref__",)
+    _fields: tuple[str, ...] = ()
+
+    def __new__(cls, *args: Any) -> "Expr":
+        if len(args) != len(cls._fields):
+            raise TypeError(f"{cls.__name__} takes {len(cls._fields)} arguments")
+        key = (cls,) + tuple(cls._key(a) for a in args)
+        node = _TABLE.get(key)
+        if node is None:
+            node = object.__new__(cls)
+            for name, value in zip(cls._fields, args):
+                object.__setattr__(node, name, value)
+            _TABLE[key] = node
+        return node
+
+    @staticmethod
+    def _key(value: Any) -> Any:
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("IR nodes are immutable")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), tuple(getattr(self, f) for f in self._fields))
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+    def __str__(self) -> str:
+        from .printer import format_expr
+
+        return format_expr(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self})"
+
+
+class Const(Expr):
+    __slots__ = ("value",)
+    _fields = ("value",)
+    value: int | float
+
+    def __new__(cls, value: int | float) -> "Const":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"constant must be int or float, not {value!r}")
+        return super().__new__(cls, value)
+
+    @staticmethod
+    def _key(value: Any) -> Any:
+        # 1, 1.0 and -0.0 are different literals and must stay different nodes.
+        return (type(value).__name__, repr(value))
+
+
+class Access(Expr):
+    """``tensor[indices]``; a scalar tensor has no indices."""
+
+    __slots__ = ("tensor", "indices")
+    _fields = ("tensor", "indices")
+    tensor: str
+    indices: tuple[Affine, ...]
+
+
+class Unary(Expr):
+    """``neg`` or one of :data:`UNARY_FUNCTIONS`."""
+
+    __slots__ = ("op", "operand")
+    _fields = ("op", "operand")
+    op: str
+    operand: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.operand,)
+
+
+class Binary(Expr):
+    __slots__ = ("op", "lhs", "rhs")
+    _fields = ("op", "lhs", "rhs")
+    op: str
+    lhs: Expr
+    rhs: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.lhs, self.rhs)
+
+
+class Where(Expr):
+    """``where(cond, then, other)``: cond only compares index expressions."""
+
+    __slots__ = ("cond", "then", "other")
+    _fields = ("cond", "then", "other")
+    cond: Cond
+    then: Expr
+    other: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.then, self.other)
+
+
+class Sum(Expr):
+    """``sum[var: max(lo..)..min(hi..)](body)``, inclusive bounds.
+
+    ``lo``/``hi`` are tuples whose max/min is the bound; both empty means the
+    range is still to be inferred (``sum[k](...)``) by ``infer-ranges``.
+    """
+
+    __slots__ = ("var", "lo", "hi", "body")
+    _fields = ("var", "lo", "hi", "body")
+    var: str
+    lo: tuple[Affine, ...]
+    hi: tuple[Affine, ...]
+    body: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.body,)
+
+    @property
+    def has_range(self) -> bool:
+        return bool(self.lo)
+
+
+class CSum(Expr):
+    """Constrained sum ``sum[v1, v2 | c1, c2, ...](body)``.
+
+    Sums over all integer points (v1, v2, ...) satisfying the conjunction of
+    affine comparisons; the set must be bounded.  This is the
+    Σ_{α : Aα = β, Rα ≥ r} of seed 000, sec. 5 between ``sum-liberation`` and
+    ``range-bound``.
+    """
+
+    __slots__ = ("vars", "constraints", "body")
+    _fields = ("vars", "constraints", "body")
+    vars: tuple[str, ...]
+    constraints: tuple[Cond, ...]
+    body: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.body,)
+
+
+# ---------------------------------------------------------------------------
+# Small constructors used by passes (no folding: see module docstring)
+# ---------------------------------------------------------------------------
+
+ZERO = Const(0)
+ONE = Const(1)
+
+
+def neg(e: Expr) -> Expr:
+    return Unary("neg", e)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    return Binary("+", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    return Binary("*", a, b)
+
+
+def is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
+def is_one(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 1
+
+
+# ---------------------------------------------------------------------------
+# Traversal helpers
+# ---------------------------------------------------------------------------
+
+
+def postorder(root: Expr) -> list[Expr]:
+    """Distinct nodes of the DAG, children before parents, deterministic order."""
+    seen: set[int] = set()
+    out: list[Expr] = []
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for c in reversed(node.children()):
+            if id(c) not in seen:
+                stack.append((c, False))
+    return out
+
+
+def walk(root: Expr) -> Iterator[Expr]:
+    return iter(postorder(root))
+
+
+def rebuild(node: Expr, children: tuple[Expr, ...]) -> Expr:
+    """Same node with new children."""
+    if isinstance(node, Unary):
+        return Unary(node.op, children[0])
+    if isinstance(node, Binary):
+        return Binary(node.op, children[0], children[1])
+    if isinstance(node, Where):
+        return Where(node.cond, children[0], children[1])
+    if isinstance(node, Sum):
+        return Sum(node.var, node.lo, node.hi, children[0])
+    if isinstance(node, CSum):
+        return CSum(node.vars, node.constraints, children[0])
+    return node
+
+
+def transform(root: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """Bottom-up rewrite: ``fn`` sees each node after its children were rewritten."""
+    memo: dict[int, Expr] = {}
+    for node in postorder(root):
+        kids = node.children()
+        new_kids = tuple(memo[id(k)] for k in kids)
+        rebuilt = rebuild(node, new_kids) if new_kids != kids else node
+        memo[id(node)] = fn(rebuilt)
+    return memo[id(root)]
+
+
+def bound_vars(node: Expr) -> tuple[str, ...]:
+    if isinstance(node, Sum):
+        return (node.var,)
+    if isinstance(node, CSum):
+        return node.vars
+    return ()
+
+
+def local_index_names(node: Expr) -> tuple[str, ...]:
+    """Names used by the node itself (not its children)."""
+    if isinstance(node, Access):
+        return tuple(n for ix in node.indices for n in ix.names())
+    if isinstance(node, Where):
+        return node.cond.names()
+    if isinstance(node, Sum):
+        return tuple(n for b in node.lo + node.hi for n in b.names())
+    if isinstance(node, CSum):
+        return tuple(n for c in node.constraints for n in c.names())
+    return ()
+
+
+def free_names(root: Expr) -> tuple[str, ...]:
+    """Index and size names free in the expression (bound sum variables excluded)."""
+    memo: dict[int, tuple[str, ...]] = {}
+    for node in postorder(root):
+        names: dict[str, None] = dict.fromkeys(local_index_names(node))
+        inner: dict[str, None] = {}
+        for c in node.children():
+            inner.update(dict.fromkeys(memo[id(c)]))
+        bv = bound_vars(node)
+        if isinstance(node, Sum):
+            # the bounds of a sum are outside its scope
+            names.update((n, None) for n in inner if n not in bv)
+        else:
+            for n in inner:
+                if n not in bv:
+                    names[n] = None
+            if isinstance(node, CSum):
+                names = {n: None for n in names if n not in bv}
+        memo[id(node)] = tuple(names)
+    return memo[id(root)]
+
+
+def accessed_tensors(root: Expr) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n.tensor for n in postorder(root) if isinstance(n, Access)))
+
+
+def all_names(root: Expr) -> tuple[str, ...]:
+    """Every index name mentioned anywhere, bound or free (for fresh-name generation)."""
+    out: dict[str, None] = {}
+    for node in postorder(root):
+        out.update(dict.fromkeys(local_index_names(node)))
+        out.update(dict.fromkeys(bound_vars(node)))
+    return tuple(out)
+
+
+def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
+    """Replace free index names by affine expressions, renaming bound variables that would capture."""
+    if not mapping:
+        return root
+    incoming: set[str] = {n for a in mapping.values() for n in a.names()}
+    return _subst(root, dict(mapping), incoming, {})
+
+
+def _subst(node: Expr, mapping: dict[str, Affine], incoming: set[str], memo: dict) -> Expr:
+    key = (id(node), tuple(sorted((k, str(v)) for k, v in mapping.items())))
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    result: Expr
+    if isinstance(node, Const):
+        result = node
+    elif isinstance(node, Access):
+        result = Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))
+    elif isinstance(node, Unary):
+        result = Unary(node.op, _subst(node.operand, mapping, incoming, memo))
+    elif isinstance(node, Binary):
+        result = Binary(node.op, _subst(node.lhs, mapping, incoming, memo), _subst(node.rhs, mapping, incoming, memo))
+    elif isinstance(node, Where):
+        result = Where(
+            node.cond.substitute(mapping),
+            _subst(node.then, mapping, incoming, memo),
+            _subst(node.other, mapping, incoming, memo),
+        )
+    elif isinstance(node, (Sum, CSum)):
+        bv = bound_vars(node)
+        inner = {k: v for k, v in mapping.items() if k not in bv}
+        renames: dict[str, Affine] = {}
+        taken = set(incoming) | set(all_names(node)) | set(inner)
+        for v in bv:
+            if v in incoming:
+                fresh = fresh_name(v, taken)
+                taken.add(fresh)
+                renames[v] = Affine.var(fresh)
+        body_map = {**inner, **renames}
+        body = _subst(node.children()[0], body_map, incoming | {a.terms[0][0] for a in renames.values()}, memo) if body_map else node.children()[0]
+        if isinstance(node, Sum):
+            new_var = str(renames[node.var].terms[0][0]) if node.var in renames else node.var
+            result = Sum(
+                new_var,
+                tuple(b.substitute(mapping) for b in node.lo),
+                tuple(b.substitute(mapping) for b in node.hi),
+                body,
+            )
+        else:
+            new_vars = tuple(str(renames[v].terms[0][0]) if v in renames else v for v in node.vars)
+            result = CSum(new_vars, tuple(c.substitute(body_map) for c in node.constraints), body)
+    else:  # pragma: no cover - exhaustive
+        raise TypeError(node)
+    memo[key] = result
+    return result
+
+
+def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
+    """``base`` if free, else the smallest integer suffix that makes it free (DESIGN.md rule)."""
+    if base not in taken:
+        return base
+    k = 2
+    while f"{base}{k}" in taken:
+        k += 1
+    return f"{base}{k}"
+
+
+def where_conjuncts(e: Where) -> tuple[Cond, ...]:
+    return conjuncts(e.cond)

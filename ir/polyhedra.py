@@ -1,0 +1,547 @@
+"""Reasoning about integer polyhedra given by index conditions.
+
+This is the bridge from the IR's quasi-affine index expressions to the exact
+solvers in :mod:`.fourier_motzkin` and :mod:`.linear`:
+
+* ``e // d`` and ``e % d`` atoms become fresh integer symbols ``q`` with the two
+  inequalities ``d*q <= e <= d*q + d - 1`` (``e % d`` is ``e - d*q``), so every
+  question becomes linear;
+* :class:`Facts` is what is known at a program point (size names are
+  non-negative, index ranges, enclosing sum ranges and ``where`` guards) and
+  answers "does this condition always hold / never hold here?" by asking
+  Fourier–Motzkin whether the facts plus the negated goal are infeasible.  The
+  answer is sound (a "yes" is a proof over the integers); "no" means "not
+  proved";
+* :func:`csum_to_sums` turns a constrained sum into nested ranged sums
+  (eq. 45–47 of seed 000): the heart of ``range-bound``, and how the reference
+  interpreter evaluates constrained sums.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Iterable, Sequence
+
+from .expr import CSum, Const, Expr, Sum, Where, ZERO, transform, Access
+from .fourier_motzkin import Constraint, eliminate
+from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts, make_and
+from .linear import Linear
+
+# A linear constraint: (form, kind) meaning form >= 0 (kind ">=") or form == 0 (kind "==").
+Row = tuple[Linear, str]
+
+
+class AtomTable:
+    """Fresh integer symbols for ``//``/``%`` atoms, with their defining rows."""
+
+    def __init__(self) -> None:
+        self.symbols: dict[FloorDiv, str] = {}
+        self.atoms: dict[str, FloorDiv] = {}
+        self.rows: list[Row] = []
+
+    def linear(self, a: Affine) -> Linear:
+        out = Linear.const_(a.const)
+        for atom, c in a.terms:
+            out = out + self.atom_linear(atom) * c
+        return out
+
+    def atom_linear(self, atom: Atom) -> Linear:
+        if isinstance(atom, str):
+            return Linear.symbol(atom)
+        fd = FloorDiv(atom.num, atom.den)
+        sym = self.symbols.get(fd)
+        if sym is None:
+            sym = f"%q{len(self.symbols)}"
+            self.symbols[fd] = sym
+            self.atoms[sym] = fd
+            num = self.linear(atom.num)
+            q = Linear.symbol(sym)
+            self.rows.append((num - q * atom.den, ">="))
+            self.rows.append((q * atom.den + (atom.den - 1) - num, ">="))
+        q = Linear.symbol(sym)
+        if isinstance(atom, Mod):
+            return self.linear(atom.num) - q * atom.den
+        return q
+
+    def to_affine(self, form: Linear) -> tuple[Affine, int]:
+        """An integral ``Affine`` and a positive multiplier ``m`` with ``form = affine / m``."""
+        denoms = [c.denominator for _, c in form.terms] + [form.const.denominator]
+        m = 1
+        for d in denoms:
+            m = m * d // math.gcd(m, d)
+        terms = []
+        for sym, c in form.terms:
+            v = int(c * m)
+            if sym in self.atoms:
+                terms.append((self.atoms[sym], v))
+            else:
+                terms.append((sym, v))
+        return Affine.of(terms, int(form.const * m)), m
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def compare_rows(c: Compare, atoms: AtomTable) -> list[Row] | None:
+    """Rows for one comparison, or None when it is not convex (``!=``)."""
+    diff = atoms.linear(c.lhs) - atoms.linear(c.rhs)
+    op = c.op
+    if op == "==":
+        return [(diff, "==")]
+    if op == ">=":
+        return [(diff, ">=")]
+    if op == ">":
+        return [(diff - 1, ">=")]
+    if op == "<=":
+        return [(-diff, ">=")]
+    if op == "<":
+        return [(-diff - 1, ">=")]
+    return None
+
+
+def split_convex(cond: Cond, atoms: AtomTable) -> tuple[list[Row], list[Cond]]:
+    """The convex conjuncts of ``cond`` as rows, and the rest as conditions."""
+    rows: list[Row] = []
+    rest: list[Cond] = []
+    for part in conjuncts(cond):
+        r = compare_rows(part, atoms) if isinstance(part, Compare) else None
+        if r is None:
+            rest.append(part)
+        else:
+            rows.extend(r)
+    return rows, rest
+
+
+# ---------------------------------------------------------------------------
+# Feasibility
+# ---------------------------------------------------------------------------
+
+_CACHE: dict[frozenset, bool] = {}
+
+
+def _substitute_equalities(rows: list[Row]) -> list[Row] | None:
+    """Gaussian elimination on equalities with a unit coefficient; None if inconsistent."""
+    rows = list(rows)
+    changed = True
+    while changed:
+        changed = False
+        for i, (form, kind) in enumerate(rows):
+            if kind != "==":
+                continue
+            if form.is_constant():
+                if form.const != 0:
+                    return None
+                rows.pop(i)
+                changed = True
+                break
+            pivot = next((s for s, c in form.terms if abs(c) == 1), None)
+            if pivot is None:
+                continue
+            c = form.coeff(pivot)
+            # pivot = -(form - c*pivot)/c
+            value = (form - Linear.symbol(pivot) * c) * Fraction(-1, 1) / c
+            rows = [(f.substitute({pivot: value}), k) for j, (f, k) in enumerate(rows) if j != i]
+            changed = True
+            break
+    return rows
+
+
+def infeasible(rows: Sequence[Row]) -> bool:
+    """True if no integer point satisfies all rows (proved by Fourier–Motzkin)."""
+    key = frozenset(rows)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    result = _infeasible(list(rows))
+    if len(_CACHE) > 50000:
+        _CACHE.clear()
+    _CACHE[key] = result
+    return result
+
+
+def _infeasible(rows: list[Row]) -> bool:
+    reduced = _substitute_equalities(rows)
+    if reduced is None:
+        return True
+    ineqs: list[Linear] = []
+    for form, kind in reduced:
+        if kind == "==":
+            ineqs.append(form)
+            ineqs.append(-form)
+        else:
+            ineqs.append(form)
+    symbols: dict = {}
+    for f in ineqs:
+        if f.is_constant():
+            if f.const < 0:
+                return True
+            continue
+        for s, _ in f.terms:
+            symbols.setdefault(s, None)
+    if not symbols:
+        return False
+    # eliminate cheap variables first (fewest generated rows)
+    def cost(s: object) -> tuple:
+        pos = sum(1 for f in ineqs if f.coeff(s) > 0)
+        neg = sum(1 for f in ineqs if f.coeff(s) < 0)
+        return (pos * neg - pos - neg, str(s))
+
+    order = sorted(symbols, key=cost)
+    cons = []
+    for f in ineqs:
+        if f.is_constant():
+            continue
+        denoms = [c.denominator for _, c in f.terms] + [f.const.denominator]
+        m = 1
+        for d in denoms:
+            m = m * d // math.gcd(m, d)
+        cons.append(Constraint(tuple(int(f.coeff(s) * m) for s in order), Linear.const_(-f.const * m)))
+    try:
+        proj = eliminate(cons, len(order))
+    except ValueError:
+        return False
+    if proj.infeasible:
+        return True
+    return any(f.is_constant() and f.const < 0 for f in proj.feasibility)
+
+
+class Facts:
+    """What holds at a program point; answers entailment questions soundly."""
+
+    def __init__(self, rows: Sequence[Row] = (), atoms: AtomTable | None = None) -> None:
+        self.atoms = atoms if atoms is not None else AtomTable()
+        self.rows: tuple[Row, ...] = tuple(rows)
+
+    # -- building -------------------------------------------------------
+    def with_rows(self, rows: Iterable[Row]) -> "Facts":
+        return Facts(self.rows + tuple(rows), self.atoms)
+
+    def with_cond(self, cond: Cond | None) -> "Facts":
+        if cond is None:
+            return self
+        rows, _ = split_convex(cond, self.atoms)
+        return self.with_rows(rows) if rows else self
+
+    def with_range(self, var: str, lo: Sequence[Affine], hi: Sequence[Affine]) -> "Facts":
+        v = Linear.symbol(var)
+        rows = [(v - self.atoms.linear(b), ">=") for b in lo]
+        rows += [(self.atoms.linear(b) - v, ">=") for b in hi]
+        return self.with_rows(rows)
+
+    def with_nonnegative(self, names: Iterable[str]) -> "Facts":
+        return self.with_rows((Linear.symbol(n), ">=") for n in names)
+
+    def _all_rows(self, extra: Sequence[Row]) -> list[Row]:
+        # atom definitions are appended lazily: linearising may have added some
+        return list(self.rows) + list(self.atoms.rows) + list(extra)
+
+    # -- questions ------------------------------------------------------
+    def consistent(self) -> bool:
+        return not infeasible(self._all_rows(()))
+
+    def implies(self, cond: Cond | None) -> bool:
+        """Proved: cond holds at every point satisfying the facts."""
+        if cond is None:
+            return True
+        if isinstance(cond, And):
+            return all(self.implies(p) for p in cond.parts)
+        if isinstance(cond, Or):
+            # not(a or b) = not a and not b: need both negations to be convex
+            negs: list[Row] = []
+            for p in cond.parts:
+                r = _negated_rows(p, self.atoms)
+                if r is None:
+                    return any(self.implies(q) for q in cond.parts)
+                if len(r) != 1:
+                    return any(self.implies(q) for q in cond.parts)
+                negs.extend(r[0])
+            return infeasible(self._all_rows(negs))
+        if isinstance(cond, Not):
+            return self.refutes(cond.part)
+        negated = _negated_rows(cond, self.atoms)
+        if negated is None:
+            return False
+        return all(infeasible(self._all_rows(alt)) for alt in negated)
+
+    def refutes(self, cond: Cond | None) -> bool:
+        """Proved: cond holds at no point satisfying the facts."""
+        if cond is None:
+            return not self.consistent()
+        if isinstance(cond, Or):
+            return all(self.refutes(p) for p in cond.parts)
+        if isinstance(cond, Not):
+            return self.implies(cond.part)
+        rows, rest = split_convex(cond, self.atoms)
+        if rows and infeasible(self._all_rows(rows)):
+            return True
+        return any(self.refutes(p) for p in rest if not isinstance(p, Compare))
+
+    def entails_ge(self, a: Affine, b: Affine) -> bool:
+        return self.implies(Compare(">=", a, b))
+
+
+def _negated_rows(cond: Cond, atoms: AtomTable) -> list[list[Row]] | None:
+    """Alternatives (a disjunction) of row sets whose union is ``not cond``."""
+    if not isinstance(cond, Compare):
+        return None
+    diff = atoms.linear(cond.lhs) - atoms.linear(cond.rhs)
+    op = cond.op
+    if op == "==":
+        return [[(diff - 1, ">=")], [(-diff - 1, ">=")]]
+    if op == "!=":
+        return [[(diff, "==")]]
+    if op == ">=":
+        return [[(-diff - 1, ">=")]]
+    if op == ">":
+        return [[(-diff, ">=")]]
+    if op == "<=":
+        return [[(diff - 1, ">=")]]
+    if op == "<":
+        return [[(diff, ">=")]]
+    return None
+
+
+def program_facts(sizes: Iterable[str]) -> Facts:
+    """Facts true everywhere in a program: sizes are non-negative."""
+    return Facts().with_nonnegative(sizes)
+
+
+def definition_facts(sizes: Iterable[str], indices: Sequence[str], extents: Sequence[Affine]) -> Facts:
+    facts = program_facts(sizes)
+    for name, ext in zip(indices, extents):
+        facts = facts.with_range(name, [Affine.constant(0)], [ext - 1])
+    return facts
+
+
+# ---------------------------------------------------------------------------
+# Ranges of expressions (for messages) and constrained sums
+# ---------------------------------------------------------------------------
+
+
+def _rows_to_constraints(rows: Sequence[Row], variables: Sequence[str]) -> list[Constraint]:
+    cons = []
+    index = {v: k for k, v in enumerate(variables)}
+    for form, kind in rows:
+        coeffs = [Fraction(0)] * len(variables)
+        rest = Linear.const_(form.const)
+        for s, c in form.terms:
+            if s in index:
+                coeffs[index[s]] = c
+            else:
+                rest = rest + Linear.symbol(s) * c
+        denoms = [c.denominator for c in coeffs] + [c.denominator for _, c in rest.terms] + [rest.const.denominator]
+        m = 1
+        for d in denoms:
+            m = m * d // math.gcd(m, d)
+        ints = tuple(int(c * m) for c in coeffs)
+        # coeffs.x + rest >= 0  ->  coeffs.x >= -rest
+        cons.append(Constraint(ints, -rest * m))
+        if kind == "==":
+            cons.append(Constraint(tuple(-c for c in ints), rest * m))
+    return cons
+
+
+def expression_range(facts: Facts, expr: Affine, parameters: Sequence[str]) -> tuple[list[Affine], list[Affine]] | None:
+    """Lower and upper bounds (max/min lists) of ``expr`` over the facts, in the parameters."""
+    t = "%t"
+    rows = facts._all_rows([(facts.atoms.linear(expr) - Linear.symbol(t), "==")])
+    syms: dict = {}
+    for f, _ in rows:
+        for s, _c in f.terms:
+            syms.setdefault(s, None)
+    params = set(parameters)
+    variables = [s for s in syms if s not in params and s != t] + [t]
+    try:
+        proj = eliminate(_rows_to_constraints(rows, variables), len(variables))
+    except ValueError:
+        return None
+    vb = proj.bounds[-1]
+    lo = [_term_affine(facts.atoms, b.rhs, b.coeffs, variables, b.divisor, upper=False) for b in vb.lower]
+    hi = [_term_affine(facts.atoms, b.rhs, b.coeffs, variables, b.divisor, upper=True) for b in vb.upper]
+    return lo, hi
+
+
+def _term_affine(atoms: AtomTable, rhs: Linear, coeffs: Sequence[int], variables: Sequence[str], divisor: int, upper: bool) -> Affine:
+    num, m = atoms.to_affine(rhs)
+    for name, c in zip(variables, coeffs):
+        if c:
+            num = num + Affine.var(name, c * m)
+    div = divisor * m
+    g = math.gcd(div, *[c for _, c in num.terms], num.const) if num.terms or num.const else div
+    if g > 1:
+        num = Affine.of([(a, c // g) for a, c in num.terms], num.const // g)
+        div //= g
+    if div == 1:
+        return num
+    if upper:
+        return num.floordiv(div)
+    return (num + (div - 1)).floordiv(div)
+
+
+def eliminate_var_atoms(node: CSum, taken: set[str]) -> CSum:
+    """Give every ``//``/``%`` atom over the sum's own variables a variable of its own.
+
+    ``q = e // d`` becomes an extra summation variable constrained by
+    ``d*q <= e <= d*q + d - 1`` (exactly one value); the body and constraints
+    use ``q``.  Aux variables are innermost (first), so outer bounds never
+    depend on them.
+    """
+    own = set(node.vars)
+    found: dict[FloorDiv, str] = {}
+
+    def visit_affine(a: Affine) -> None:
+        for atom, _ in a.terms:
+            if isinstance(atom, (FloorDiv, Mod)):
+                visit_affine(atom.num)
+                if set(atom.num.names()) & own:
+                    fd = FloorDiv(atom.num, atom.den)
+                    if fd not in found:
+                        name = _fresh(f"{node.vars[0]}_q", taken)
+                        taken.add(name)
+                        found[fd] = name
+
+    for c in node.constraints:
+        for cmp in _compares(c):
+            visit_affine(cmp.lhs)
+            visit_affine(cmp.rhs)
+    for sub in _accesses_and_conds(node.body):
+        for a in sub:
+            visit_affine(a)
+    if not found:
+        return node
+
+    def rewrite(a: Affine) -> Affine:
+        def on_atom(atom: Atom) -> Affine:
+            if isinstance(atom, str):
+                return Affine.var(atom)
+            inner = rewrite(atom.num)
+            fd = FloorDiv(atom.num, atom.den)
+            if fd in found:
+                q = Affine.var(found[fd])
+                return q if isinstance(atom, FloorDiv) else inner - q * atom.den
+            return inner.floordiv(atom.den) if isinstance(atom, FloorDiv) else inner.mod(atom.den)
+
+        return a.map_atoms(on_atom)
+
+    new_cons: list[Cond] = [_rewrite_cond(c, rewrite) for c in node.constraints]
+    for fd, q in found.items():
+        e = rewrite(fd.num)
+        new_cons.append(Compare("<=", Affine.var(q) * fd.den, e))
+        new_cons.append(Compare("<=", e, Affine.var(q) * fd.den + (fd.den - 1)))
+    body = rewrite_indices(node.body, rewrite)
+    return CSum(tuple(found.values()) + node.vars, tuple(new_cons), body)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    if base not in taken:
+        return base
+    k = 2
+    while f"{base}{k}" in taken:
+        k += 1
+    return f"{base}{k}"
+
+
+def _compares(c: Cond) -> list[Compare]:
+    if isinstance(c, Compare):
+        return [c]
+    if isinstance(c, (And, Or)):
+        return [x for p in c.parts for x in _compares(p)]
+    if isinstance(c, Not):
+        return _compares(c.part)
+    return []
+
+
+def _rewrite_cond(c: Cond, fn) -> Cond:  # noqa: ANN001
+    if isinstance(c, Compare):
+        return Compare(c.op, fn(c.lhs), fn(c.rhs))
+    if isinstance(c, And):
+        return And(tuple(_rewrite_cond(p, fn) for p in c.parts))
+    if isinstance(c, Or):
+        return Or(tuple(_rewrite_cond(p, fn) for p in c.parts))
+    if isinstance(c, Not):
+        return Not(_rewrite_cond(c.part, fn))
+    raise TypeError(c)
+
+
+def _accesses_and_conds(e: Expr) -> list[list[Affine]]:
+    from .expr import postorder
+
+    out: list[list[Affine]] = []
+    for n in postorder(e):
+        if isinstance(n, Access):
+            out.append(list(n.indices))
+        elif isinstance(n, Where):
+            out.append([x for c in _compares(n.cond) for x in (c.lhs, c.rhs)])
+        elif isinstance(n, Sum):
+            out.append(list(n.lo + n.hi))
+        elif isinstance(n, CSum):
+            out.append([x for c in n.constraints for cmp in _compares(c) for x in (cmp.lhs, cmp.rhs)])
+    return out
+
+
+def rewrite_indices(e: Expr, fn) -> Expr:  # noqa: ANN001
+    """Apply ``fn`` to every index expression (accesses, conditions, bounds)."""
+
+    def visit(n: Expr) -> Expr:
+        if isinstance(n, Access):
+            return Access(n.tensor, tuple(fn(i) for i in n.indices))
+        if isinstance(n, Where):
+            return Where(_rewrite_cond(n.cond, fn), n.then, n.other)
+        if isinstance(n, Sum):
+            return Sum(n.var, tuple(fn(b) for b in n.lo), tuple(fn(b) for b in n.hi), n.body)
+        if isinstance(n, CSum):
+            return CSum(n.vars, tuple(_rewrite_cond(c, fn) for c in n.constraints), n.body)
+        return n
+
+    return transform(e, visit)
+
+
+class UnboundedSum(ValueError):
+    pass
+
+
+def csum_to_sums(node: CSum, taken: set[str] | None = None) -> Expr:
+    """Nested ranged sums equal to a constrained sum (Fourier–Motzkin, eq. 45).
+
+    Variable ``vars[0]`` becomes the innermost sum.  Constraints that mention
+    none of the summation variables become an outer ``where``; constraints that
+    are not convex (``!=``, ``or``) stay as a ``where`` inside.
+    """
+    from .expr import all_names
+
+    taken = set(taken or ()) | set(all_names(node))
+    node = eliminate_var_atoms(node, taken)
+    own = set(node.vars)
+    atoms = AtomTable()
+    outer: list[Cond] = []
+    inner: list[Cond] = []
+    rows: list[Row] = []
+    for c in node.constraints:
+        for part in conjuncts(c):
+            if not (set(part.names()) & own):
+                outer.append(part)
+                continue
+            r = compare_rows(part, atoms) if isinstance(part, Compare) else None
+            if r is None:
+                inner.append(part)
+            else:
+                rows.extend(r)
+    variables = list(node.vars)
+    proj = eliminate(_rows_to_constraints(rows, variables), len(variables))
+    body = node.body
+    inner_cond = make_and(inner)
+    if inner_cond is not None:
+        body = Where(inner_cond, body, ZERO)
+    if proj.infeasible:
+        return ZERO
+    for k, var in enumerate(variables):
+        vb = proj.bounds[k]
+        if not vb.lower or not vb.upper:
+            raise UnboundedSum(f"the constrained sum over {', '.join(node.vars)} is unbounded in {var}")
+        lo = tuple(dict.fromkeys(_term_affine(atoms, b.rhs, b.coeffs, variables, b.divisor, upper=False) for b in vb.lower))
+        hi = tuple(dict.fromkeys(_term_affine(atoms, b.rhs, b.coeffs, variables, b.divisor, upper=True) for b in vb.upper))
+        body = Sum(var, lo, hi, body)
+    outer_cond = make_and(outer)
+    if outer_cond is not None:
+        body = Where(outer_cond, body, ZERO)
+    return body

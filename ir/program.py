@@ -1,0 +1,110 @@
+"""L1 programs: declared inputs and element-wise definitions.
+
+A program is immutable; passes return new programs.  Source locations live in
+a side table (:class:`SourceMap`) because hash-consed nodes can occur at several
+places in the text: the first occurrence is the one reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from .expr import Expr
+from .index import Affine
+
+
+@dataclass(frozen=True)
+class Loc:
+    line: int
+    col: int
+
+
+@dataclass(frozen=True)
+class SourceMap:
+    """Where things came from: the file name and text, plus node -> first location."""
+
+    filename: str
+    text: str
+    nodes: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def loc_of(self, node: object) -> Loc | None:
+        return self.nodes.get(node)
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    extents: tuple[Affine, ...]
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Definition:
+    """``name[indices] = body``; ``extents`` is None until declared or inferred."""
+
+    name: str
+    indices: tuple[str, ...]
+    body: Expr
+    extents: tuple[Affine, ...] | None = None
+    loc: Loc | None = field(default=None, compare=False)
+
+    def with_body(self, body: Expr) -> "Definition":
+        return replace(self, body=body)
+
+
+@dataclass(frozen=True)
+class Program:
+    inputs: tuple[TensorDecl, ...]
+    definitions: tuple[Definition, ...]
+    outputs: tuple[str, ...] = ()
+    source: SourceMap | None = field(default=None, compare=False)
+
+    # -- lookups ---------------------------------------------------------
+    def input(self, name: str) -> TensorDecl | None:
+        for d in self.inputs:
+            if d.name == name:
+                return d
+        return None
+
+    def definition(self, name: str) -> Definition | None:
+        for d in self.definitions:
+            if d.name == name:
+                return d
+        return None
+
+    def extents_of(self, name: str) -> tuple[Affine, ...] | None:
+        decl = self.input(name)
+        if decl is not None:
+            return decl.extents
+        d = self.definition(name)
+        return None if d is None else d.extents
+
+    def tensor_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.inputs) + tuple(d.name for d in self.definitions)
+
+    def sizes(self) -> tuple[str, ...]:
+        """Size names, in order of first appearance in the input declarations."""
+        out: dict[str, None] = {}
+        for decl in self.inputs:
+            for e in decl.extents:
+                out.update(dict.fromkeys(e.names()))
+        return tuple(out)
+
+    def results(self) -> tuple[str, ...]:
+        """The definitions a caller wants: the declared outputs, or every definition if none is declared."""
+        return self.outputs if self.outputs else tuple(d.name for d in self.definitions)
+
+    def loc_of(self, node: object) -> Loc | None:
+        return None if self.source is None else self.source.loc_of(node)
+
+    # -- functional updates ---------------------------------------------
+    def with_definitions(self, defs: Iterable[Definition]) -> "Program":
+        return replace(self, definitions=tuple(defs))
+
+    def replace(self, **kw) -> "Program":
+        return replace(self, **kw)
+
+    def __str__(self) -> str:
+        from .printer import format_program
+
+        return format_program(self)

@@ -1,0 +1,146 @@
+"""Structural checks of L1 programs.
+
+The parser only checks syntax; everything that needs the whole program — is
+this tensor declared, does it have that many dimensions, is this index bound —
+is checked here, once, with the location of the offending access.  ``verify``
+runs on user input before any pass and, with ``--verify-each``, after every
+pass, so a pass that builds ill-formed IR is caught where it happens.
+"""
+from __future__ import annotations
+
+from tcc.diagnostics import TccError
+
+from .expr import Access, CSum, Expr, Sum, Where
+from .index import Affine
+from .program import Definition, Loc, Program
+
+
+def verify(program: Program) -> None:
+    _Verifier(program).run()
+
+
+class _Verifier:
+    def __init__(self, program: Program) -> None:
+        self.p = program
+        self.sizes = set(program.sizes())
+
+    def error(self, message: str, loc: Loc | None) -> TccError:
+        return TccError(message, loc, self.p.source)
+
+    def run(self) -> None:
+        p = self.p
+        seen: dict[str, str] = {}
+        for decl in p.inputs:
+            if decl.name in seen:
+                raise self.error(f"'{decl.name}' is already declared", decl.loc)
+            if decl.name in self.sizes:
+                raise self.error(f"'{decl.name}' is used both as a size and as a tensor name", decl.loc)
+            seen[decl.name] = "input"
+        for d in p.definitions:
+            if d.name in seen:
+                kind = seen[d.name]
+                raise self.error(
+                    f"'{d.name}' is already {'declared as an input' if kind == 'input' else 'defined'}", d.loc
+                )
+            if d.name in self.sizes:
+                raise self.error(f"'{d.name}' is used both as a size and as a tensor name", d.loc)
+            seen[d.name] = "definition"
+        for name in p.outputs:
+            if p.definition(name) is None:
+                raise self.error(f"output '{name}' has no definition", None)
+        defined: set[str] = {decl.name for decl in p.inputs}
+        for d in p.definitions:
+            self.definition(d, defined)
+            defined.add(d.name)
+
+    def definition(self, d: Definition, defined: set[str]) -> None:
+        for idx in d.indices:
+            if idx in self.sizes:
+                raise self.error(f"index '{idx}' has the name of a size", d.loc)
+            if idx in {x.name for x in self.p.inputs} or self.p.definition(idx) is not None:
+                raise self.error(f"index '{idx}' has the name of a tensor", d.loc)
+        if d.extents is not None:
+            if len(d.extents) != len(d.indices):
+                raise self.error(
+                    f"'{d.name}' is declared with {len(d.extents)} dimension{'s' if len(d.extents) != 1 else ''}"
+                    f" but defined with {len(d.indices)} ind{'ices' if len(d.indices) != 1 else 'ex'}",
+                    d.loc,
+                )
+            for e in d.extents:
+                for n in e.names():
+                    if n not in self.sizes:
+                        raise self.error(f"extent of '{d.name}' uses '{n}', which is not a size of the inputs", d.loc)
+        self.expr(d.body, d, set(d.indices), defined, {})
+
+    def expr(self, e: Expr, d: Definition, scope: set[str], defined: set[str], memo: dict) -> None:
+        key = (id(e), frozenset(scope))
+        if key in memo:
+            return
+        memo[key] = True
+        loc = self.p.loc_of(e) or d.loc
+        if isinstance(e, Access):
+            self.access(e, d, scope, defined, loc)
+            return
+        if isinstance(e, Where):
+            self.names(e.cond.names(), scope, loc, f"condition of where")
+            self.expr(e.then, d, scope, defined, memo)
+            self.expr(e.other, d, scope, defined, memo)
+            return
+        if isinstance(e, Sum):
+            if e.var in scope:
+                raise self.error(f"sum index '{e.var}' shadows an enclosing index", loc)
+            for b in e.lo + e.hi:
+                self.names(b.names(), scope, loc, f"bounds of sum[{e.var}]")
+            self.expr(e.body, d, scope | {e.var}, defined, memo)
+            return
+        if isinstance(e, CSum):
+            for v in e.vars:
+                if v in scope:
+                    raise self.error(f"sum index '{v}' shadows an enclosing index", loc)
+            inner = scope | set(e.vars)
+            for c in e.constraints:
+                self.names(c.names(), inner, loc, "constraints of sum")
+            self.expr(e.body, d, inner, defined, memo)
+            return
+        for c in e.children():
+            self.expr(c, d, scope, defined, memo)
+
+    def names(self, names: tuple[str, ...], scope: set[str], loc: Loc | None, where: str) -> None:
+        for n in names:
+            if n not in scope and n not in self.sizes:
+                raise self.error(f"unbound index '{n}' in {where}", loc)
+
+    def access(self, e: Access, d: Definition, scope: set[str], defined: set[str], loc: Loc | None) -> None:
+        text = str(e)
+        name = e.tensor
+        if name not in defined:
+            if name == d.name:
+                raise self.error(f"'{name}' is used in its own definition", loc)
+            if self.p.definition(name) is not None:
+                raise self.error(f"'{name}' is used before its definition", loc)
+            if name in self.sizes and not e.indices:
+                raise self.error(f"'{name}' is a size; sizes can only appear inside [...]", loc)
+            if name in scope and not e.indices:
+                raise self.error(f"'{name}' is an index; indices can only appear inside [...]", loc)
+            raise self.error(f"undeclared tensor '{name}'", loc)
+        extents = self.p.extents_of(name)
+        if extents is None:
+            other = self.p.definition(name)
+            rank = len(other.indices) if other is not None else 0
+        else:
+            rank = len(extents)
+        if len(e.indices) != rank:
+            dims = f"{rank} dimension{'s' if rank != 1 else ''}"
+            given = f"{len(e.indices)} ind{'ices' if len(e.indices) != 1 else 'ex'}"
+            raise self.error(f"'{name}' has {dims} but {text} gives {given}", loc)
+        for ix in e.indices:
+            for n in ix.names():
+                if n not in scope and n not in self.sizes:
+                    raise self.error(f"unbound index '{n}' in {text}", loc)
+
+
+def check_affine_names(a: Affine, allowed: set[str]) -> str | None:
+    for n in a.names():
+        if n not in allowed:
+            return n
+    return None
