@@ -1,0 +1,353 @@
+"""Reference interpreter for L1 programs, vectorised with NumPy.
+
+Every compiled kernel and every pass is checked against this module, so it
+favours being obviously right over being fast -- but it must still handle
+grids of about a million points in well under a second.
+
+How a definition ``f[i, j] = body`` is evaluated
+-------------------------------------------------
+* The left-hand indices form a *grid*: ``i`` is ``arange(extent0)`` along
+  axis 0, ``j`` is ``arange(extent1)`` along axis 1, broadcast against each
+  other.  Large grids are cut into blocks of rows of the first axis.
+* Each ``sum[k: lo..hi]`` adds a **leading** axis for the offset
+  ``t = k - lo`` (lo and hi may depend on enclosing indices, so ``k = lo + t``
+  is an array over the enclosing points), long enough for the widest range
+  among the active points; lanes past each point's own ``hi`` are masked off
+  and the axis is summed away.  Because new axes are leading, arrays of
+  enclosing indices broadcast unchanged and a subexpression that does not
+  mention ``k`` stays small.  The sum axis is processed in blocks so that no intermediate exceeds
+  ``max_block`` elements.
+* An explicit boolean *active* mask is carried along: ``where`` conditions and
+  sum ranges narrow it.  Accesses in inactive lanes read clamped indices (so a
+  guarded ``where(i >= 1, x[i - 1], 0)`` is fine), but an **active** lane that
+  reads out of bounds raises :class:`RuntimeError` -- a compiler-bug detector
+  for later passes, so it is exact.  Branches are combined with ``np.where``,
+  never by multiplying with 0/1, and floating-point warnings are suppressed
+  (values in inactive lanes are garbage by design).
+* Values are arrays of the requested float dtype (int constants too).
+* Within one scope (one block of the grid and of every enclosing sum) each
+  DAG node is evaluated once per active mask: nodes are hash-consed, so
+  ``(id(node), id(mask))`` is a valid memo key.
+
+Public API: :func:`evaluate` (a whole program) and :func:`evaluate_expr`
+(one expression over an explicit grid).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tcc.diagnostics import TccError
+from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
+from tcc.ir.index import Affine, format_affine
+from tcc.ir.program import Program
+
+from .sizes import as_input_array, bind_sizes, extents_shape
+
+__all__ = ["evaluate", "evaluate_expr", "MAX_BLOCK"]
+
+#: No intermediate array of a grid block is larger than this many elements.
+MAX_BLOCK = 1 << 22
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp(-|x|) never overflows; both branches share it.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "abs": np.abs,
+    "sign": np.sign,
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)),
+    "sigmoid": _sigmoid,
+}
+
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.divide,
+    "**": np.power,
+}
+
+
+@dataclass
+class _Scope:
+    """Index names in scope and the shape of the grid block they span.
+
+    ``env`` maps index names to integer arrays broadcastable to ``shape`` (and
+    size names to ints); ``memo`` caches node values within this scope.
+    """
+
+    env: dict[str, Any]
+    shape: tuple[int, ...]
+    memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def points(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class _Evaluator:
+    def __init__(self, tensors: Mapping[str, np.ndarray], dtype: Any, max_block: int, where: str):
+        self.tensors = tensors
+        self.dtype = np.dtype(dtype)
+        self.max_block = max(1, int(max_block))
+        self.where = where  # "definition 'f'", for messages
+        self.zero = np.zeros((), self.dtype)
+        self.csums: dict[int, tuple[CSum, Expr]] = {}
+
+    # -- dispatch -------------------------------------------------------
+    def ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        key = (id(node), id(active))
+        hit = sc.memo.get(key)
+        if hit is not None:
+            return hit[1]
+        value = self._ev(node, sc, active)
+        sc.memo[key] = (active, value)  # keeping `active` alive keeps its id unique
+        return value
+
+    def _ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        if isinstance(node, Const):
+            return np.asarray(node.value, dtype=self.dtype)
+        if isinstance(node, Access):
+            return self.access(node, sc, active)
+        if isinstance(node, Unary):
+            fn = _UNARY.get(node.op)
+            if fn is None:
+                raise TccError(f"unknown function '{node.op}' in {self.where}")
+            return np.asarray(fn(self.ev(node.operand, sc, active)), dtype=self.dtype)
+        if isinstance(node, Binary):
+            fn = _BINARY.get(node.op)
+            if fn is None:
+                raise TccError(f"unknown operator '{node.op}' in {self.where}")
+            return np.asarray(fn(self.ev(node.lhs, sc, active), self.ev(node.rhs, sc, active)), dtype=self.dtype)
+        if isinstance(node, Where):
+            return self.where_(node, sc, active)
+        if isinstance(node, Sum):
+            return self.sum(node, sc, active)
+        if isinstance(node, CSum):
+            return self.ev(self.lower_csum(node), sc, active)
+        raise TypeError(f"cannot evaluate {type(node).__name__}")
+
+    # -- index expressions ------------------------------------------------
+    def index(self, e: Affine, sc: _Scope) -> Any:
+        try:
+            return e.evaluate(sc.env)
+        except KeyError as exc:
+            raise TccError(f"index name '{exc.args[0]}' is not bound in {self.where}") from None
+
+    def cond(self, c: Any, sc: _Scope) -> np.ndarray:
+        try:
+            return np.asarray(c.evaluate(sc.env), dtype=bool)
+        except KeyError as exc:
+            raise TccError(f"index name '{exc.args[0]}' is not bound in {self.where}") from None
+
+    # -- nodes ------------------------------------------------------------
+    def access(self, node: Access, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        arr = self.tensors.get(node.tensor)
+        if arr is None:
+            raise TccError(f"{self.where} reads '{node.tensor}', which is not an input or an earlier definition")
+        if arr.ndim != len(node.indices):
+            raise TccError(
+                f"{self.where} accesses '{node.tensor}' with {len(node.indices)} indices "
+                f"but it has {arr.ndim} dimensions"
+            )
+        if not node.indices:
+            return arr
+        idx = [np.asarray(self.index(e, sc)) for e in node.indices]
+        outside = np.zeros((), dtype=bool)
+        for i, n in zip(idx, arr.shape):
+            outside = outside | (i < 0) | (i >= n)
+        if outside.any():
+            bad = outside & active
+            if bad.any():
+                self.report_oob(node, sc, idx, bad, arr.shape)
+            if arr.size == 0:  # nothing to read, and no active lane reads it
+                return np.zeros(np.broadcast_shapes(*(i.shape for i in idx)), self.dtype)
+            idx = [np.clip(i, 0, n - 1) for i, n in zip(idx, arr.shape)]
+        return np.asarray(arr[tuple(idx)])
+
+    def report_oob(self, node: Access, sc: _Scope, idx: list, bad: np.ndarray, shape: tuple) -> None:
+        pos = tuple(int(p) for p in np.argwhere(bad)[0])
+
+        def at(v: Any) -> int:
+            return int(np.broadcast_to(np.asarray(v), bad.shape)[pos])
+
+        point = ", ".join(f"{k}={at(v)}" for k, v in sc.env.items() if isinstance(v, np.ndarray))
+        sizes = ", ".join(f"{k}={v}" for k, v in sc.env.items() if not isinstance(v, np.ndarray))
+        indices = ", ".join(str(at(i)) for i in idx)
+        text = f"{node.tensor}[{', '.join(format_affine(e) for e in node.indices)}]"
+        raise RuntimeError(
+            f"out-of-bounds read {text} in {self.where}: index [{indices}] outside shape {tuple(shape)} "
+            f"at {point or 'the scalar point'}" + (f" (sizes {sizes})" if sizes else "")
+        )
+
+    def where_(self, node: Where, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        c = self.cond(node.cond, sc)
+        on = active & c
+        off = active & ~c
+        any_on, any_off = bool(on.any()), bool(off.any())
+        # When one branch has no active lane, the other one's active lanes
+        # are exactly `active`: reuse it (more memo hits, same checks).
+        if not any_off:
+            return self.ev(node.then, sc, active) if any_on else self.zero
+        if not any_on:
+            return self.ev(node.other, sc, active)
+        return np.where(c, self.ev(node.then, sc, on), self.ev(node.other, sc, off))
+
+    def sum(self, node: Sum, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        if not node.has_range:
+            raise TccError(f"sum over '{node.var}' in {self.where} has no range; run infer-ranges first")
+        lo = self.index(node.lo[0], sc)
+        for b in node.lo[1:]:
+            lo = np.maximum(lo, self.index(b, sc))
+        hi = self.index(node.hi[0], sc)
+        for b in node.hi[1:]:
+            hi = np.minimum(hi, self.index(b, sc))
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        live = active & (lo <= hi)
+        if not live.any():
+            return self.zero
+        # The sum axis runs over offsets t = k - lo(point), so a band whose
+        # bounds slide with an outer index costs its width, not the union of
+        # all its ranges.
+        width = hi - lo
+        tmax = int(np.broadcast_to(width, live.shape)[live].max())
+        step = max(1, self.max_block // max(1, sc.points))
+        lead = (1,) * len(sc.shape)
+        total: np.ndarray | None = None
+        for t0 in range(0, tmax + 1, step):
+            t = np.arange(t0, min(t0 + step, tmax + 1), dtype=np.int64).reshape((-1,) + lead)
+            act = live & (t <= width)
+            if not act.any():
+                continue
+            inner = _Scope({**sc.env, node.var: lo + t}, (t.shape[0],) + sc.shape)
+            body = self.ev(node.body, inner, act)
+            part = np.where(act, body, self.zero).sum(axis=0, dtype=self.dtype)
+            total = part if total is None else total + part
+        return self.zero if total is None else total
+
+    def lower_csum(self, node: CSum) -> Expr:
+        hit = self.csums.get(id(node))
+        if hit is None:
+            from tcc.ir.polyhedra import csum_to_sums  # the polyhedral lowering owns CSum semantics
+
+            hit = (node, csum_to_sums(node))
+            self.csums[id(node)] = hit
+        return hit[1]
+
+    # -- a whole grid -----------------------------------------------------
+    def grid(self, body: Expr, names: Sequence[str], shape: tuple[int, ...], sizes: Mapping[str, int]) -> np.ndarray:
+        """``body`` at every point of ``names`` spanning ``shape``: a C-contiguous array."""
+        out = np.empty(shape, dtype=self.dtype)
+        if out.size == 0:
+            return out
+        m = len(shape)
+        rest = int(np.prod(shape[1:], dtype=np.int64)) if m else 1
+        rows = max(1, self.max_block // max(1, rest)) if m else 1
+        first = shape[0] if m else 1
+        for r0 in range(0, first, rows):
+            r1 = min(first, r0 + rows)
+            env: dict[str, Any] = dict(sizes)
+            block = (r1 - r0,) + tuple(shape[1:]) if m else ()
+            for axis, name in enumerate(names):
+                start = r0 if axis == 0 else 0
+                ix = np.arange(start, start + block[axis], dtype=np.int64)
+                env[name] = ix.reshape((1,) * axis + (-1,) + (1,) * (m - axis - 1))
+            active = np.ones((1,) * m, dtype=bool)
+            value = self.ev(body, _Scope(env, block), active)
+            if m:
+                out[r0:r1] = value
+            else:
+                out[()] = value
+        return out
+
+
+def _check_ranged(body: Expr, where: str) -> None:
+    for node in postorder(body):
+        if isinstance(node, Sum) and not node.has_range:
+            raise TccError(f"sum over '{node.var}' in {where} has no range; run infer-ranges first")
+
+
+def evaluate(
+    program: Program,
+    inputs: Mapping[str, Any],
+    dtype: Any = np.float64,
+    *,
+    max_block: int = MAX_BLOCK,
+) -> dict[str, np.ndarray]:
+    """Every definition of ``program``, in program order, as C-contiguous ``dtype`` arrays.
+
+    ``inputs`` maps input names to arrays (or Python numbers for scalars);
+    sizes are bound from their shapes (:func:`tcc.sizes.bind_sizes`) and
+    undeclared names are ignored.  A scalar definition gives a 0-d array.
+    ``max_block`` bounds the number of elements of any intermediate block
+    (a small value exercises the chunking).
+
+    Raises TccError for user errors (bad inputs, unknown extents, unranged
+    sums) and RuntimeError when an active lane reads out of bounds.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise TccError(f"the interpreter computes in a float dtype, not {dtype}")
+    for d in program.definitions:
+        if d.extents is None:
+            raise TccError(f"definition '{d.name}' has no known extents; run infer-ranges first")
+        _check_ranged(d.body, f"definition '{d.name}'")
+    sizes = bind_sizes(program, inputs)
+    tensors: dict[str, np.ndarray] = {}
+    for decl in program.inputs:
+        tensors[decl.name] = np.asarray(as_input_array(decl.name, inputs[decl.name]), dtype=dtype, order="C")
+    results: dict[str, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for d in program.definitions:
+            assert d.extents is not None
+            if len(d.indices) != len(d.extents):
+                raise TccError(f"definition '{d.name}' has {len(d.indices)} indices but {len(d.extents)} extents")
+            shape = extents_shape(d.extents, sizes)
+            ev = _Evaluator(tensors, dtype, max_block, f"definition '{d.name}'")
+            value = ev.grid(d.body, d.indices, shape, sizes)
+            results[d.name] = value
+            tensors[d.name] = value
+    return results
+
+
+def evaluate_expr(
+    expr: Expr,
+    tensors: Mapping[str, Any],
+    grid: Mapping[str, int] | Sequence[tuple[str, int]] = (),
+    sizes: Mapping[str, int] | None = None,
+    dtype: Any = np.float64,
+    *,
+    max_block: int = MAX_BLOCK,
+) -> np.ndarray:
+    """One expression over an explicit grid: ``grid`` is ``{index: extent}`` in axis order.
+
+    ``tensors`` are the arrays the expression reads (no shape checks beyond
+    the out-of-bounds detector) and ``sizes`` binds size names.  Returns an
+    array of shape ``tuple(grid.values())``.
+    """
+    items = list(grid.items()) if isinstance(grid, Mapping) else list(grid)
+    _check_ranged(expr, "the expression")
+    dtype = np.dtype(dtype)
+    arrays = {k: np.asarray(as_input_array(k, v), dtype=dtype, order="C") for k, v in tensors.items()}
+    ev = _Evaluator(arrays, dtype, max_block, "the expression")
+    with np.errstate(all="ignore"):
+        return ev.grid(expr, [n for n, _ in items], tuple(int(e) for e in (x for _, x in items)), dict(sizes or {}))

@@ -1,0 +1,150 @@
+"""Binding size names from the shapes of input arrays.
+
+A program declares its inputs with extents that are affine in *size names*
+(``input x[n]``, ``input w[m]``, ``input p[n - 1]``, ``input q[2*n]``).  At
+call time the arrays fix those names: each dimension whose extent, after the
+already-bound names are substituted, is ``c*n + k`` with a single unknown
+``n`` binds ``n = (shape - k) / c`` (an exact non-negative integer).  This is
+repeated until nothing more can be bound; then every input's shape is checked
+against its evaluated extents and every known definition extent must be
+non-negative.
+
+Every mistake is a :class:`~tcc.diagnostics.TccError` naming the tensor.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from tcc.diagnostics import TccError
+from tcc.ir.index import Affine, format_affine
+from tcc.ir.program import Program, TensorDecl
+
+__all__ = ["bind_sizes", "as_input_array", "extents_shape", "format_decl"]
+
+
+def format_decl(name: str, extents: tuple[Affine, ...]) -> str:
+    """``a[3, n]`` (or ``s`` for a scalar), as written in the program."""
+    if not extents:
+        return name
+    return f"{name}[{', '.join(format_affine(e) for e in extents)}]"
+
+
+def as_input_array(name: str, value: Any) -> np.ndarray:
+    """The value as a real numeric NumPy array (Python numbers become 0-d arrays)."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged nested lists and the like
+        raise TccError(f"input '{name}' must be a numeric array ({exc})") from None
+    if arr.dtype.kind not in "biuf":
+        raise TccError(f"input '{name}' must be a numeric array, got dtype {arr.dtype}")
+    return arr
+
+
+def extents_shape(extents: tuple[Affine, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """Evaluate extents (affine in size names) to a shape of Python ints."""
+    return tuple(int(e.evaluate(sizes)) for e in extents)
+
+
+def _single_unknown(e: Affine, bound: Mapping[str, int]) -> tuple[str, int, int] | None:
+    """``(n, c, k)`` when ``e`` with ``bound`` substituted is ``c*n + k``, else None."""
+    if not e.is_linear:
+        return None
+    unknown = [(a, c) for a, c in e.terms if a not in bound]
+    if len(unknown) != 1:
+        return None
+    name, coeff = unknown[0]
+    k = e.const + sum(c * bound[a] for a, c in e.terms if a in bound)
+    return str(name), coeff, k
+
+
+def bind_sizes(program: Program, arrays: Mapping[str, Any]) -> dict[str, int]:
+    """Size name -> value, from the shapes of ``arrays`` (extra arrays are ignored).
+
+    Raises TccError for a missing or non-numeric input, a wrong number of
+    dimensions, a shape that contradicts a declaration, conflicting or
+    undeterminable sizes, and a definition extent that would be negative.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for decl in program.inputs:
+        if decl.name not in arrays:
+            raise TccError(f"missing input '{decl.name}'")
+        arr = as_input_array(decl.name, arrays[decl.name])
+        if arr.ndim != len(decl.extents):
+            raise TccError(
+                f"input '{decl.name}' must have {len(decl.extents)} dimensions "
+                f"({format_decl(decl.name, decl.extents)}), got {arr.ndim}"
+            )
+        shapes[decl.name] = tuple(int(s) for s in arr.shape)
+
+    sizes: dict[str, int] = {}
+    bound_by: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for decl in program.inputs:
+            for axis, e in enumerate(decl.extents):
+                solved = _single_unknown(e, sizes)
+                if solved is None:
+                    continue
+                name, c, k = solved
+                length = shapes[decl.name][axis]
+                value, rem = divmod(length - k, c)
+                if rem or value < 0:
+                    raise TccError(
+                        f"input '{decl.name}' has shape {shapes[decl.name]} but no size {name} >= 0 "
+                        f"makes extent {format_affine(e)} of its declaration "
+                        f"{format_decl(decl.name, decl.extents)} equal {length}"
+                    )
+                sizes[name] = value
+                bound_by[name] = decl.name
+                changed = True
+
+    for name in program.sizes():
+        if name not in sizes:
+            raise TccError(f"size '{name}' cannot be determined from the inputs")
+
+    for decl in program.inputs:
+        _check_shape(decl, shapes[decl.name], sizes, bound_by)
+
+    for d in program.definitions:
+        if d.extents is None:
+            continue
+        for e in d.extents:
+            missing = [n for n in e.names() if n not in sizes]
+            if missing:
+                raise TccError(
+                    f"size '{missing[0]}' in the extents of definition '{d.name}' "
+                    f"cannot be determined from the inputs"
+                )
+            v = int(e.evaluate(sizes))
+            if v < 0:
+                raise TccError(
+                    f"definition '{d.name}' would have negative extent {v} ({format_affine(e)}) for these sizes"
+                )
+    return {n: sizes[n] for n in program.sizes()}
+
+
+def _check_shape(decl: TensorDecl, shape: tuple[int, ...], sizes: Mapping[str, int], bound_by: Mapping[str, str]) -> None:
+    want = extents_shape(decl.extents, sizes)
+    if want == shape:
+        return
+    # A single-size extent that disagrees names the conflicting binding when
+    # the size was bound by another tensor.
+    for axis, e in enumerate(decl.extents):
+        if want[axis] == shape[axis] or not e.is_linear or len(e.terms) != 1:
+            continue
+        (name, c), = e.terms
+        if bound_by.get(name, decl.name) == decl.name:
+            continue
+        implied, rem = divmod(shape[axis] - e.const, c)
+        if rem == 0 and implied >= 0:
+            raise TccError(
+                f"size '{name}' is bound to {sizes[name]} by '{bound_by[name]}' "
+                f"but '{decl.name}' implies {implied}"
+            )
+    raise TccError(
+        f"input '{decl.name}' has shape {shape} but its declaration "
+        f"{format_decl(decl.name, decl.extents)} requires {want}"
+    )
