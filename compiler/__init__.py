@@ -1,1 +1,51 @@
-"""tcc: a staged tensor-algebra compiler with exact symbolic derivatives."""
+"""tcc: a staged tensor-algebra compiler with exact symbolic derivatives.
+
+The public API is re-exported lazily (module ``__getattr__``), so ``import
+tcc`` imports nothing else and the IR modules can import
+:mod:`tcc.diagnostics` without a cycle::
+
+    import tcc
+    program = tcc.parse("examples/urban.tcc")
+    derivative = tcc.grad(program, of="f", wrt=["a", "d"])
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "parse": "tcc.api",
+    "grad": "tcc.api",
+    "run": "tcc.api",
+    "check": "tcc.api",
+    "compile": "tcc.api",
+    "read_source": "tcc.api",
+    "TccError": "tcc.diagnostics",
+    "Pass": "tcc.pass_base",
+    "Level": "tcc.pass_base",
+    "PassContext": "tcc.pass_base",
+    "parse_pipeline": "tcc.pipeline",
+    "run_pipeline": "tcc.pipeline",
+    "grad_pipeline": "tcc.pipeline",
+    "get_pass_class": "tcc.registry",
+    "available_passes": "tcc.registry",
+    "register_pass": "tcc.registry",
+    "CheckResult": "tcc.fdcheck",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tcc' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

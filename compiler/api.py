@@ -1,0 +1,136 @@
+"""The public Python API of tcc (re-exported lazily as ``tcc.parse`` etc.).
+
+    import tcc
+    p = tcc.parse("examples/urban.tcc")
+    dp = tcc.grad(p, of="f", wrt=["a", "d"])
+    print(dp)                                  # a program in the tcc language
+    values = tcc.run(dp, {"a": a, "b": b, "c": c, "d": d, "df": seed})
+    for r in tcc.check(p, "f", ["a", "d"]):
+        print(r)
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tcc.diagnostics import TccError
+from tcc.pass_base import Pass, PassContext
+
+__all__ = ["parse", "read_source", "grad", "run", "check", "compile"]
+
+
+def read_source(path: str | os.PathLike) -> tuple[str, str]:
+    """``(text, filename)`` of a source file; ``-`` reads stdin as ``<stdin>``."""
+    path = os.fspath(path)
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read(), path
+    except OSError as exc:
+        raise TccError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TccError(f"cannot read '{path}': not UTF-8 text ({exc.reason})") from None
+
+
+def _looks_like_path(text: str) -> bool:
+    return "\n" not in text and (text.endswith(".tcc") or text == "-" or os.path.isfile(text))
+
+
+def parse(text_or_path: str | os.PathLike, filename: str | None = None) -> Any:
+    """Parse a program.
+
+    A ``pathlib.Path`` (or ``-`` for stdin) is read as a file; so is a string
+    without a newline that names an existing file or ends in ``.tcc``.  Any
+    other string is program text, reported as ``filename`` (default
+    ``<string>``).
+    """
+    from tcc.ir.parser import parse_program
+
+    if isinstance(text_or_path, os.PathLike) or (
+        isinstance(text_or_path, str) and filename is None and _looks_like_path(text_or_path)
+    ):
+        text, name = read_source(text_or_path)
+        return parse_program(text, filename or name)
+    if not isinstance(text_or_path, str):
+        raise TypeError(f"parse expects program text or a path, got {type(text_or_path).__name__}")
+    return parse_program(text_or_path, filename or "<string>")
+
+
+def _program(program_or_text: Any) -> Any:
+    if isinstance(program_or_text, (str, os.PathLike)):
+        return parse(program_or_text)
+    return program_or_text
+
+
+def _names(wrt: str | Sequence[str]) -> list[str]:
+    if isinstance(wrt, str):
+        return [w.strip() for w in wrt.split(",") if w.strip()]
+    return list(wrt)
+
+
+def grad(
+    program_or_text: Any,
+    of: str,
+    wrt: str | Sequence[str],
+    passes: str | Sequence[Pass] | None = None,
+    instruments: Sequence[Any] = (),
+) -> Any:
+    """The derivative program of ``of`` with respect to each of ``wrt``.
+
+    Runs the default grad pipeline (:data:`tcc.pipeline.DEFAULT_GRAD_PIPELINE`)
+    or ``passes`` (a spec string or Pass instances); passes with ``of`` /
+    ``wrt`` options left empty (e.g. a bare ``autodiff``) get these.
+    """
+    from tcc.pipeline import fill_grad_options, grad_pipeline, resolve_pipeline, run_pipeline
+
+    program = _program(program_or_text)
+    wrt = _names(wrt)
+    pipeline = grad_pipeline(of, wrt) if passes is None else fill_grad_options(resolve_pipeline(passes), of, wrt)
+    return run_pipeline(program, pipeline, instruments=instruments)
+
+
+def compile(
+    program_or_text: Any,
+    passes: str | Sequence[Pass] = "infer-ranges",
+    instruments: Sequence[Any] = (),
+    ctx: PassContext | None = None,
+) -> Any:
+    """Run a pipeline (default ``infer-ranges``) and return its result."""
+    from tcc.pipeline import run_pipeline
+
+    return run_pipeline(_program(program_or_text), passes, ctx=ctx, instruments=instruments)
+
+
+def run(program: Any, inputs: Mapping[str, Any], dtype: Any = np.float64) -> dict[str, np.ndarray]:
+    """Every definition of ``program`` (``infer-ranges`` first), by the reference interpreter."""
+    from tcc.interpreter import evaluate
+    from tcc.passes.infer_ranges import InferRanges
+    from tcc.pipeline import run_pipeline
+
+    program = run_pipeline(_program(program), [InferRanges()])
+    return evaluate(program, inputs, dtype)
+
+
+def check(
+    program_or_text: Any,
+    of: str,
+    wrt: str | Sequence[str],
+    *,
+    seed: int = 0,
+    eps: float = 1e-6,
+    tol: float = 1e-6,
+    sizes: Mapping[str, int] | None = None,
+    low: float = 0.25,
+    high: float = 0.75,
+) -> list:
+    """Finite-difference check of ``d of / d wrt`` (see :func:`tcc.fdcheck.check_gradients`)."""
+    from tcc.fdcheck import check_gradients
+
+    return check_gradients(
+        _program(program_or_text), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low, high=high
+    )

@@ -1,0 +1,301 @@
+"""The ``tcc`` command line.
+
+    tcc grad FILE --of f --wrt a,d [-o OUT] [--passes SPEC] [dump flags]
+    tcc check FILE --of f --wrt a,d [--seed N] [--tol T] [--eps E] [--sizes n=4,m=3]
+    tcc run FILE --inputs in.npz --output out.npz [--target cpu]
+    tcc compile FILE --emit index [-o OUT] [--passes SPEC] [dump flags]
+
+dump flags: --print-pipeline --dump-before P|all --dump-after P|all
+            --dump-dir DIR --time-passes --verify-each
+
+FILE may be ``-`` (stdin).  A user error prints ``FILE:LINE:COL: error:
+message``, the source line and a caret to stderr and exits 1; a compiler bug
+prints ``tcc: internal error: ...`` with the traceback and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Any, Sequence
+
+from tcc.diagnostics import TccError
+
+TARGETS = ["cpu"]
+EMITS = ["index"]
+
+
+class _UsageError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting 2 (exit 2 means a compiler bug here)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(self, message)
+
+
+def _add_pipeline_flags(p: argparse.ArgumentParser, *, default_passes: str | None) -> None:
+    help_default = f" (default: {default_passes})" if default_passes else " (default: the grad pipeline)"
+    p.add_argument("--passes", metavar="SPEC", help="pass pipeline, e.g. 'infer-ranges,simplify'" + help_default)
+    p.add_argument("--print-pipeline", action="store_true", help="print the resolved pipeline to stderr")
+    p.add_argument("--dump-before", metavar="P|all", action="append", default=[],
+                   help="print the IR before pass P (comma-separated names, or all) to stderr")
+    p.add_argument("--dump-after", metavar="P|all", action="append", default=[],
+                   help="print the IR after pass P (comma-separated names, or all) to stderr")
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="write numbered dumps (00-input.tcc, 01-<pass>.tcc, ...) to DIR instead of stderr")
+    p.add_argument("--time-passes", action="store_true", help="print a per-pass timing table to stderr")
+    p.add_argument("--verify-each", action="store_true", help="verify the IR after every pass")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tcc", description="A staged tensor-algebra compiler with exact symbolic derivatives.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    g = sub.add_parser("grad", help="print the derivative program")
+    g.add_argument("file", metavar="FILE", help="source file, or - for stdin")
+    g.add_argument("--of", help="the definition to differentiate")
+    g.add_argument("--wrt", help="comma-separated inputs to differentiate with respect to")
+    g.add_argument("-o", "--output", metavar="OUT", help="write the program to OUT instead of stdout")
+    _add_pipeline_flags(g, default_passes=None)
+
+    c = sub.add_parser("check", help="finite-difference check of derivatives")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--of", required=True)
+    c.add_argument("--wrt", required=True)
+    c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    c.add_argument("--tol", type=float, default=1e-6, help="tolerance on the normwise relative error (default 1e-6)")
+    c.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
+    c.add_argument("--sizes", metavar="n=4,m=3", help="bind size names (default 5, 4, 6, 3, 7, ... in order)")
+
+    r = sub.add_parser("run", help="evaluate every definition")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("--inputs", metavar="IN.npz", help="input arrays (.npz); undeclared arrays are ignored")
+    r.add_argument("--output", metavar="OUT.npz", required=True, help="where every definition is written")
+    r.add_argument("--target", choices=TARGETS, default="cpu")
+
+    k = sub.add_parser("compile", help="run a pipeline and print the result")
+    k.add_argument("file", metavar="FILE")
+    k.add_argument("--emit", choices=EMITS, default="index")
+    k.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT instead of stdout")
+    _add_pipeline_flags(k, default_passes="infer-ranges")
+    return parser
+
+
+# ---------------------------------------------------------------------------
+
+
+def _names(text: str, flag: str) -> list[str]:
+    names = [w.strip() for w in text.split(",")]
+    if not names or any(not n for n in names):
+        raise TccError(f"{flag} expects comma-separated names, got '{text}'")
+    return names
+
+
+def _parse_sizes(text: str | None) -> dict[str, int] | None:
+    if text is None:
+        return None
+    sizes: dict[str, int] = {}
+    for item in text.split(","):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        try:
+            if not eq or not key:
+                raise ValueError
+            sizes[key] = int(value.strip())
+        except ValueError:
+            raise TccError(f"--sizes expects name=integer pairs like n=4,m=3, got '{text}'") from None
+    return sizes
+
+
+def _selection(values: list[str]) -> Any:
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    return "all" if "all" in names else set(names)
+
+
+def _instruments(args: argparse.Namespace) -> tuple[list[Any], Any]:
+    from tcc.instruments import DumpIR, TimePasses, VerifyEach
+
+    insts: list[Any] = []
+    if args.verify_each:
+        insts.append(VerifyEach())
+    before, after = _selection(args.dump_before), _selection(args.dump_after)
+    if before or after or args.dump_dir:
+        insts.append(DumpIR(before=before, after=after, stream=sys.stderr, directory=args.dump_dir))
+    timer = None
+    if args.time_passes:
+        timer = TimePasses()
+        insts.insert(0, timer)
+    return insts, timer
+
+
+def _write_text(text: str, path: str | None) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise TccError(f"cannot write '{path}': {exc.strerror or exc}") from None
+
+
+class _Session:
+    """Remembers the source being compiled so errors can show its line."""
+
+    source: Any = None
+    text: str | None = None
+    filename: str | None = None
+
+    def read(self, path: str) -> None:
+        """Read the source first, so a missing file is reported before anything else."""
+        from tcc.api import read_source
+
+        self.text, self.filename = read_source(path)
+
+    def load(self, path: str) -> Any:
+        from tcc.ir.parser import parse_program
+
+        if self.text is None:
+            self.read(path)
+        assert self.text is not None and self.filename is not None
+        program = parse_program(self.text, self.filename)
+        self.source = getattr(program, "source", None)
+        return program
+
+
+def _run_passes(session: _Session, args: argparse.Namespace, program: Any, passes: list[Any]) -> Any:
+    from tcc.pipeline import check_levels, format_pipeline, run_pipeline
+
+    check_levels(passes)
+    insts, timer = _instruments(args)
+    if args.print_pipeline:
+        print(format_pipeline(passes), file=sys.stderr)
+    try:
+        return run_pipeline(program, passes, instruments=insts)
+    finally:
+        if timer is not None:
+            sys.stderr.write(timer.report())
+
+
+def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
+    from tcc.pipeline import fill_grad_options, grad_pipeline, parse_pipeline
+
+    of = args.of
+    wrt = _names(args.wrt, "--wrt") if args.wrt is not None else None
+    if args.passes is None:
+        if not of or not wrt:
+            raise TccError("tcc grad needs --of and --wrt (or a --passes pipeline that names them)")
+        passes = grad_pipeline(of, wrt)
+    else:
+        passes = fill_grad_options(parse_pipeline(args.passes), of or "", wrt or ())
+    program = session.load(args.file)
+    result = _run_passes(session, args, program, passes)
+    _write_text(str(result), args.output)
+    return 0
+
+
+def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
+    from tcc.pipeline import parse_pipeline
+
+    passes = parse_pipeline(args.passes if args.passes is not None else "infer-ranges")
+    program = session.load(args.file)
+    result = _run_passes(session, args, program, passes)
+    _write_text(str(result), args.output)
+    return 0
+
+
+def cmd_check(session: _Session, args: argparse.Namespace) -> int:
+    from tcc.fdcheck import check_gradients
+
+    wrt = _names(args.wrt, "--wrt")
+    sizes = _parse_sizes(args.sizes)
+    program = session.load(args.file)
+    results = check_gradients(program, args.of, wrt, seed=args.seed, eps=args.eps, tol=args.tol, sizes=sizes)
+    for r in results:
+        print(r)
+    worst = max((r.max_rel_error for r in results), default=0.0)
+    failed = [r.gradient for r in results if not r.ok]
+    status = "ok" if not failed else "FAILED (" + ", ".join(failed) + ")"
+    print(f"worst relative error {worst:.2g} (tol {args.tol:g}) {status}")
+    return 1 if failed else 0
+
+
+def cmd_run(session: _Session, args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tcc.interpreter import evaluate
+    from tcc.passes.infer_ranges import InferRanges
+    from tcc.pipeline import run_pipeline
+
+    program = session.load(args.file)
+    arrays: dict[str, Any] = {}
+    if args.inputs is not None:
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                declared = {d.name for d in program.inputs}
+                arrays = {k: data[k] for k in data.files if k in declared}
+        except FileNotFoundError as exc:
+            raise TccError(f"cannot read '{args.inputs}': {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:
+            raise TccError(f"cannot read '{args.inputs}' as .npz: {exc}") from None
+        except AttributeError:
+            raise TccError(f"cannot read '{args.inputs}' as .npz: it holds a single array, not an archive") from None
+    missing = [d.name for d in program.inputs if d.name not in arrays]
+    if missing:
+        where = f"'{args.inputs}'" if args.inputs is not None else "the inputs (no --inputs given)"
+        raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} in {where}")
+    program = run_pipeline(program, [InferRanges()])
+    results = evaluate(program, arrays, np.float64)
+    try:
+        with open(args.output, "wb") as fh:
+            np.savez(fh, **results)
+    except OSError as exc:
+        raise TccError(f"cannot write '{args.output}': {exc.strerror or exc}") from None
+    return 0
+
+
+COMMANDS = {"grad": cmd_grad, "check": cmd_check, "run": cmd_run, "compile": cmd_compile}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+    parser = build_parser()
+    session = _Session()
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except _UsageError as exc:
+            sys.stderr.write(exc.parser.format_usage())
+            print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+            return 1
+        except SystemExit as exc:  # --help
+            return exc.code if isinstance(exc.code, int) else 0
+        session.read(args.file)
+        return COMMANDS[args.command](session, args)
+    except TccError as err:
+        if err.source is None and err.loc is not None and session.source is not None:
+            err.source = session.source
+        print(err.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tcc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a compiler bug: show everything
+        print(f"tcc: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        return 2

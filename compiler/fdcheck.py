@@ -1,0 +1,214 @@
+"""Central finite-difference check of symbolic derivatives.
+
+For ``d of / d x`` the derivative program computes the gradient of the
+scalar ``l(x) = sum(seed * f(x))`` with a random seed tensor ``seed`` (the
+new input ``d<of>`` of the derivative program).  We compare it with central
+differences ``(l(x + eps v) - l(x - eps v)) / (2 eps)``: along every unit
+vector ``e_i`` when x has at most 512 elements, else along 64 random unit
+vectors ``e_i`` plus 16 random unit-norm directions ``v`` (then the analytic
+value is ``<grad, v>``).
+
+The error reported per wrt tensor is **normwise**:
+
+    max_i |an_i - fd_i| / max(max_i |fd_i|, 1e-12)
+
+Why normwise and not elementwise: a correct gradient has entries that are
+exactly or nearly zero (guards, deltas, cancellation); there the finite
+difference is pure truncation and round-off noise (~eps**2 * f''' +
+ulp(l) / eps), and dividing by the tiny entry itself would report huge
+"errors" for a right answer.  Scaling every deviation by the largest
+gradient entry measures the error relative to the gradient's magnitude,
+which is what the round-off of both sides is proportional to.  The 1e-12
+floor keeps an all-zero gradient comparable (then the error is absolute).
+
+Everything is computed in float64.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tcc.diagnostics import TccError
+
+DEFAULT_SIZES = (5, 4, 6, 3, 7)
+FULL_CHECK_LIMIT = 512
+SAMPLED_ELEMENTS = 64
+SAMPLED_DIRECTIONS = 16
+
+
+@dataclass
+class CheckResult:
+    """The outcome for one wrt tensor."""
+
+    wrt: str                # the input differentiated by, e.g. "a"
+    gradient: str           # its gradient definition in the derivative program, e.g. "da"
+    max_rel_error: float    # normwise: max|an - fd| / max(max|fd|, 1e-12)
+    max_abs_error: float    # max|an - fd|
+    elements: int           # unit vectors checked
+    directions: int         # random directions checked (0 for a full check)
+    tol: float
+    ok: bool
+    analytic: np.ndarray = field(default=None, repr=False)   # type: ignore[assignment]
+    numeric: np.ndarray = field(default=None, repr=False)    # type: ignore[assignment]
+
+    @property
+    def checked(self) -> str:
+        if self.directions:
+            return f"{self.elements} elements and {self.directions} directions checked"
+        return f"{self.elements} element{'s' if self.elements != 1 else ''} checked"
+
+    def __str__(self) -> str:
+        status = "ok" if self.ok else "FAILED"
+        return f"{self.gradient}: max relative error {self.max_rel_error:.2g} ({self.checked}) {status}"
+
+
+def default_sizes(names: Sequence[str]) -> dict[str, int]:
+    """5, 4, 6, 3, 7, then 5, 4, ... again, for the size names in order."""
+    return {n: s for n, s in zip(names, itertools.cycle(DEFAULT_SIZES))}
+
+
+def _shape(extents: Any, sizes: Mapping[str, int], what: str) -> tuple[int, ...]:
+    from tcc.sizes import extents_shape
+
+    try:
+        shape = extents_shape(extents, sizes)
+    except KeyError as exc:
+        raise TccError(f"extents of {what} use an unbound size {exc}") from None
+    if any(s < 0 for s in shape):
+        raise TccError(f"{what} gets a negative extent {shape} with sizes {dict(sizes)}")
+    return shape
+
+
+def derivative_program(program: Any, of: str, wrt: Sequence[str], passes: Any = None, instruments: Sequence[Any] = ()) -> Any:
+    """Run ``infer-ranges`` then the grad pipeline (or ``passes``) on ``program``."""
+    from tcc.passes.infer_ranges import InferRanges
+    from tcc.pipeline import grad_pipeline, resolve_pipeline, run_pipeline
+
+    src = run_pipeline(program, [InferRanges()])
+    pipeline = grad_pipeline(of, wrt) if passes is None else resolve_pipeline(passes)
+    return src, run_pipeline(src, pipeline, instruments=instruments)
+
+
+def check_gradients(
+    program: Any,
+    of: str,
+    wrt: Sequence[str] | str,
+    *,
+    seed: int = 0,
+    eps: float = 1e-6,
+    tol: float = 1e-6,
+    sizes: Mapping[str, int] | None = None,
+    low: float = 0.25,
+    high: float = 0.75,
+) -> list[CheckResult]:
+    """Check ``d of / d x`` for each x in ``wrt`` against central differences.
+
+    ``program`` is an L1 Program (text: see :func:`tcc.api.check`).  Inputs
+    are drawn uniform in [low, high] with ``numpy.random.default_rng(seed)``;
+    ``sizes`` binds size names (missing ones get :func:`default_sizes`).
+    Returns one :class:`CheckResult` per wrt tensor, in wrt order.
+    """
+    from tcc.interpreter import evaluate
+
+    if isinstance(wrt, str):
+        wrt = [w.strip() for w in wrt.split(",") if w.strip()]
+    wrt = list(wrt)
+    if not wrt:
+        raise TccError("nothing to check: no tensor given to differentiate with respect to")
+    if eps <= 0:
+        raise TccError(f"the finite-difference step must be positive, got {eps}")
+    if program.definition(of) is None:
+        raise TccError(f"'{of}' is not a definition of the program")
+    for x in wrt:
+        if program.input(x) is None:
+            raise TccError(f"'{x}' is not an input of the program")
+
+    src, deriv = derivative_program(program, of, wrt)
+
+    # sizes
+    names = src.sizes()
+    bound = default_sizes(names)
+    for k, v in (sizes or {}).items():
+        if k not in names:
+            known = ", ".join(names) if names else "none"
+            raise TccError(f"unknown size '{k}' (program sizes: {known})")
+        if int(v) < 0:
+            raise TccError(f"size '{k}' must be non-negative, got {v}")
+        bound[k] = int(v)
+
+    # the seed: the one input of the derivative program the source lacks
+    new_inputs = [d for d in deriv.inputs if src.input(d.name) is None]
+    if len(new_inputs) != 1:
+        raise TccError(
+            "cannot find the seed input of the derivative program: new inputs "
+            + (", ".join(d.name for d in new_inputs) or "none")
+        )
+    seed_decl = new_inputs[0]
+    grads = list(deriv.outputs)
+    if len(grads) != len(wrt):
+        raise TccError(
+            f"the derivative program declares outputs {', '.join(grads) or 'none'}, expected one per wrt tensor "
+            f"({', '.join(wrt)})"
+        )
+
+    rng = np.random.default_rng(seed)
+    inputs: dict[str, Any] = {}
+    for decl in src.inputs:
+        shape = _shape(decl.extents, bound, f"input '{decl.name}'")
+        inputs[decl.name] = rng.uniform(low, high, size=shape).astype(np.float64)
+    seed_shape = _shape(seed_decl.extents, bound, f"seed input '{seed_decl.name}'")
+    seed_arr = rng.uniform(low, high, size=seed_shape).astype(np.float64)
+
+    def pack(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        return {k: (float(v) if v.ndim == 0 else v) for k, v in arrays.items()}
+
+    analytic_all = evaluate(deriv, pack({**inputs, seed_decl.name: seed_arr}), np.float64)
+
+    def loss(arrays: Mapping[str, np.ndarray]) -> float:
+        f = evaluate(src, pack(arrays), np.float64)[of]
+        return float(np.sum(seed_arr * f))
+
+    results = []
+    for x, gname in zip(wrt, grads):
+        x0 = inputs[x]
+        grad = np.asarray(analytic_all[gname], dtype=np.float64)
+        if grad.shape != x0.shape:
+            raise TccError(f"gradient '{gname}' has shape {grad.shape} but '{x}' has shape {x0.shape}")
+        n = x0.size
+        if n <= FULL_CHECK_LIMIT:
+            directions = [("e", i) for i in range(n)]
+            n_elems, n_dirs = n, 0
+        else:
+            picks = rng.choice(n, size=SAMPLED_ELEMENTS, replace=False)
+            directions = [("e", int(i)) for i in picks]
+            for _ in range(SAMPLED_DIRECTIONS):
+                v = rng.standard_normal(x0.shape)
+                directions.append(("v", v / np.linalg.norm(v)))
+            n_elems, n_dirs = SAMPLED_ELEMENTS, SAMPLED_DIRECTIONS
+        an = np.empty(len(directions))
+        fd = np.empty(len(directions))
+        flat_grad = grad.reshape(-1)
+        for j, (kind, d) in enumerate(directions):
+            if kind == "e":
+                step = np.zeros(n)
+                step[d] = eps
+                step = step.reshape(x0.shape)
+                an[j] = flat_grad[d]
+            else:
+                step = eps * d
+                an[j] = float(np.sum(grad * d))
+            plus = loss({**inputs, x: x0 + step})
+            minus = loss({**inputs, x: x0 - step})
+            fd[j] = (plus - minus) / (2 * eps)
+        if len(directions):
+            abs_err = float(np.max(np.abs(an - fd)))
+            scale = max(float(np.max(np.abs(fd))), 1e-12)
+        else:
+            abs_err, scale = 0.0, 1e-12
+        rel = abs_err / scale
+        ok = bool(np.isfinite(rel) and rel <= tol)
+        results.append(CheckResult(x, gname, rel, abs_err, n_elems, n_dirs, tol, ok, an, fd))
+    return results

@@ -1,0 +1,193 @@
+"""Pipeline instruments: one hook list serves dumps, timing and verification.
+
+An instrument has ``before_pass(pass, index, program)`` and
+``after_pass(pass, index, program)``; :func:`tcc.pipeline.run_pipeline` calls
+them around every pass, in the order the instruments are given.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Collection, TextIO
+
+from tcc.diagnostics import TccError
+from tcc.pass_base import Level, Pass
+
+ALL = "all"
+
+
+class BaseInstrument:
+    """No-op hooks; subclass and override what you need."""
+
+    def before_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        pass
+
+    def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        pass
+
+
+def header(when: str, pass_: Pass) -> str:
+    """``# -----// IR after autodiff{of=f wrt=a} //----- #`` (a comment in the language)."""
+    return f"# -----// IR {when} {pass_.spec()} //----- #"
+
+
+def _selection(sel: Any, flag: str) -> frozenset[str] | str:
+    """Normalise a selection (None, 'all', a name, or names) and check the names exist."""
+    if sel is None:
+        return frozenset()
+    if isinstance(sel, str):
+        if sel == ALL:
+            return ALL
+        sel = [s for s in sel.split(",")]
+    names = frozenset(s.strip() for s in sel if s.strip())
+    if ALL in names:
+        return ALL
+    if names:
+        from tcc.registry import available_passes
+
+        known = available_passes()
+        for name in sorted(names):
+            if name not in known:
+                raise TccError(f"unknown pass '{name}' in {flag} (known passes: {', '.join(known)})")
+    return names
+
+
+def _selected(sel: frozenset[str] | str, pass_: Pass) -> bool:
+    return sel == ALL or pass_.name in sel
+
+
+class DumpIR(BaseInstrument):
+    """Print the IR before/after selected passes, or write it to numbered files.
+
+    ``before`` / ``after``: ``"all"`` or a collection of pass names (matched on
+    ``Pass.name``, so ``autodiff`` selects ``autodiff{of=f wrt=a}``).  Unknown
+    names raise TccError.
+
+    Without ``directory``, each dump is a header line and the program text on
+    ``stream`` (default stderr).  With ``directory``, the program states are
+    written as numbered files: ``00-input.tcc`` (always), and
+    ``NN-<pass name>.tcc`` for the IR after the NN-th pass (1-based) when that
+    pass is selected by ``after``; selecting pass NN by ``before`` writes the
+    state it receives, i.e. file NN-1.  With neither selection given, every pass
+    is selected (``--dump-dir`` alone).  Each file starts with a ``#`` header
+    line, so the files parse back and any step can be replayed.
+    """
+
+    def __init__(
+        self,
+        before: Collection[str] | str | None = None,
+        after: Collection[str] | str | None = None,
+        stream: TextIO | None = None,
+        directory: str | os.PathLike | None = None,
+    ) -> None:
+        self.before = _selection(before, "--dump-before")
+        self.after = _selection(after, "--dump-after")
+        self.stream = stream
+        self.directory = None if directory is None else os.fspath(directory)
+        if self.directory is not None and not self.before and not self.after:
+            self.after = ALL
+        self.written: list[str] = []
+        self._states: set[int] = set()
+        self._names: dict[int, str] = {0: "input"}
+        if self.directory is not None:
+            try:
+                os.makedirs(self.directory, exist_ok=True)
+            except OSError as exc:
+                raise TccError(f"cannot create dump directory '{self.directory}': {exc.strerror or exc}") from None
+
+    def _out(self) -> TextIO:
+        return self.stream if self.stream is not None else sys.stderr
+
+    def _write_state(self, state: int, title: str, program: Any) -> None:
+        if state in self._states:
+            return
+        self._states.add(state)
+        path = os.path.join(self.directory, f"{state:02d}-{self._names[state]}.tcc")
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(title + "\n" + str(program))
+        except OSError as exc:
+            raise TccError(f"cannot write '{path}': {exc.strerror or exc}") from None
+        self.written.append(path)
+
+    def before_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        if self.directory is not None:
+            if index == 0:
+                self._write_state(0, "# -----// IR input //----- #", program)
+            if _selected(self.before, pass_):
+                self._write_state(index, header("before", pass_), program)
+            return
+        if _selected(self.before, pass_):
+            out = self._out()
+            out.write(header("before", pass_) + "\n" + str(program) + "\n")
+            out.flush()
+
+    def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        self._names[index + 1] = pass_.name
+        if not _selected(self.after, pass_):
+            return
+        if self.directory is not None:
+            self._write_state(index + 1, header("after", pass_), program)
+            return
+        out = self._out()
+        out.write(header("after", pass_) + "\n" + str(program) + "\n")
+        out.flush()
+
+
+class TimePasses(BaseInstrument):
+    """Wall time per pass; :meth:`report` renders a table (pass, ms, percent, total)."""
+
+    def __init__(self, clock=time.perf_counter) -> None:
+        self.clock = clock
+        self.timings: list[tuple[str, float]] = []
+        self._start: float | None = None
+
+    def before_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        self._start = self.clock()
+
+    def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        start = self._start if self._start is not None else self.clock()
+        self.timings.append((pass_.spec(), self.clock() - start))
+        self._start = None
+
+    @property
+    def total(self) -> float:
+        return sum(t for _, t in self.timings)
+
+    def report(self) -> str:
+        total = self.total
+        width = max([len("total"), len("pass")] + [len(n) for n, _ in self.timings])
+        lines = [f"{'pass':<{width}}  {'ms':>10}  {'%':>6}"]
+        for name, t in self.timings:
+            pct = 100.0 * t / total if total > 0 else 0.0
+            lines.append(f"{name:<{width}}  {t * 1e3:>10.3f}  {pct:>5.1f}%")
+        lines.append(f"{'total':<{width}}  {total * 1e3:>10.3f}  {100.0 if self.timings else 0.0:>5.1f}%")
+        return "\n".join(lines) + "\n"
+
+
+class VerifyEach(BaseInstrument):
+    """Run the IR verifier after each pass that yields index IR.
+
+    A failure becomes TccError "IR verification failed after pass 'X': <message>".
+    """
+
+    def __init__(self, verify=None) -> None:
+        self._verify = verify
+
+    def _verifier(self):
+        if self._verify is None:
+            from tcc.ir.verifier import verify
+
+            self._verify = verify
+        return self._verify
+
+    def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        if pass_.output_level is not Level.INDEX:
+            return
+        try:
+            self._verifier()(program)
+        except TccError as exc:
+            raise TccError(
+                f"IR verification failed after pass '{pass_.spec()}': {exc.message}", exc.loc, exc.source
+            ) from exc

@@ -1,0 +1,33 @@
+"""Built-in passes of tcc, one module per pass, named after the pass.
+
+How a pass name is found (see :mod:`tcc.registry`):
+
+1. Passes registered programmatically with :func:`tcc.registry.register_pass`
+   (tests, notebooks).
+2. The built-in table :data:`BUILTIN_PASSES` below: pass name ->
+   ``"tcc.passes.<module>:<ClassName>"``.  The module is imported only when the
+   pass is asked for, so ``import tcc`` and the command line stay cheap.  The
+   module file is the pass name with dashes turned into underscores
+   (``sum-liberation`` -> ``passes/sum_liberation.py``) and the class's
+   ``name`` equals the key; ``tests/test_pipeline.py`` keeps both true.
+3. Out-of-tree passes: the entry-point group ``tcc.passes``.  A package
+   declares, e.g. in its ``pyproject.toml``::
+
+       [project.entry-points."tcc.passes"]
+       my-pass = "my_package.my_module:MyPass"
+
+   The entry point's name must equal the class's ``name``; a name that clashes
+   with a built-in pass (or with another package's pass) is an error.
+
+Keep this module free of imports: it is read on every pipeline parse.
+"""
+
+BUILTIN_PASSES: dict[str, str] = {
+    "infer-ranges": "tcc.passes.infer_ranges:InferRanges",
+    "autodiff": "tcc.passes.autodiff:AutoDiff",
+    "sum-liberation": "tcc.passes.sum_liberation:SumLiberation",
+    "index-solve": "tcc.passes.index_solve:IndexSolve",
+    "range-bound": "tcc.passes.range_bound:RangeBound",
+    "simplify": "tcc.passes.simplify:Simplify",
+    "cse": "tcc.passes.cse:CSE",
+}
