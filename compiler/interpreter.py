@@ -15,8 +15,8 @@ How a definition ``f[i, j] = body`` is evaluated
   among the active points; lanes past each point's own ``hi`` are masked off
   and the axis is summed away.  Because new axes are leading, arrays of
   enclosing indices broadcast unchanged and a subexpression that does not
-  mention ``k`` stays small.  The sum axis is processed in blocks so that no intermediate exceeds
-  ``max_block`` elements.
+  mention ``k`` stays small.  The sum axis is processed in blocks so that no
+  intermediate exceeds ``max_block`` elements.
 * An explicit boolean *active* mask is carried along: ``where`` conditions and
   sum ranges narrow it.  Accesses in inactive lanes read clamped indices (so a
   guarded ``where(i >= 1, x[i - 1], 0)`` is fine), but an **active** lane that
@@ -26,8 +26,9 @@ How a definition ``f[i, j] = body`` is evaluated
   (values in inactive lanes are garbage by design).
 * Values are arrays of the requested float dtype (int constants too).
 * Within one scope (one block of the grid and of every enclosing sum) each
-  DAG node is evaluated once per active mask: nodes are hash-consed, so
-  ``(id(node), id(mask))`` is a valid memo key.
+  shared DAG node (one with several parents) is evaluated once per active
+  mask: nodes are hash-consed, so ``(id(node), id(mask))`` is a valid memo
+  key.  Unshared nodes are not kept, which bounds memory.
 
 Public API: :func:`evaluate` (a whole program) and :func:`evaluate_expr`
 (one expression over an explicit grid).
@@ -49,7 +50,7 @@ from .sizes import as_input_array, bind_sizes, extents_shape
 __all__ = ["evaluate", "evaluate_expr", "MAX_BLOCK"]
 
 #: No intermediate array of a grid block is larger than this many elements.
-MAX_BLOCK = 1 << 22
+MAX_BLOCK = 1 << 20
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -112,9 +113,12 @@ class _Evaluator:
         self.where = where  # "definition 'f'", for messages
         self.zero = np.zeros((), self.dtype)
         self.csums: dict[int, tuple[CSum, Expr]] = {}
+        self.shared: set[int] = set()  # ids of nodes with several parents: the ones worth memoising
 
     # -- dispatch -------------------------------------------------------
     def ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        if id(node) not in self.shared:
+            return self._ev(node, sc, active)
         key = (id(node), id(active))
         hit = sc.memo.get(key)
         if hit is not None:
@@ -185,6 +189,7 @@ class _Evaluator:
         return np.asarray(arr[tuple(idx)])
 
     def report_oob(self, node: Access, sc: _Scope, idx: list, bad: np.ndarray, shape: tuple) -> None:
+        bad = np.broadcast_to(bad, np.broadcast_shapes(bad.shape, sc.shape))
         pos = tuple(int(p) for p in np.argwhere(bad)[0])
 
         def at(v: Any) -> int:
@@ -251,6 +256,7 @@ class _Evaluator:
 
             hit = (node, csum_to_sums(node))
             self.csums[id(node)] = hit
+            self.shared |= _shared_nodes(hit[1])
         return hit[1]
 
     # -- a whole grid -----------------------------------------------------
@@ -259,6 +265,7 @@ class _Evaluator:
         out = np.empty(shape, dtype=self.dtype)
         if out.size == 0:
             return out
+        self.shared |= _shared_nodes(body)
         m = len(shape)
         rest = int(np.prod(shape[1:], dtype=np.int64)) if m else 1
         rows = max(1, self.max_block // max(1, rest)) if m else 1
@@ -278,6 +285,15 @@ class _Evaluator:
             else:
                 out[()] = value
         return out
+
+
+def _shared_nodes(root: Expr) -> set[int]:
+    """Ids of the nodes of the DAG that have more than one parent (or use)."""
+    uses: dict[int, int] = {}
+    for node in postorder(root):
+        for child in node.children():
+            uses[id(child)] = uses.get(id(child), 0) + 1
+    return {k for k, n in uses.items() if n > 1}
 
 
 def _check_ranged(body: Expr, where: str) -> None:

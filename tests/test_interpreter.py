@@ -426,6 +426,21 @@ def test_million_point_grid_is_fast():
     assert elapsed < 3.0, elapsed
 
 
+def test_shared_subexpressions_are_memoised():
+    # e_{t+1} = tanh(e_t * e_t + e_t): a tree of 2**60 nodes, a DAG of 180
+    e = X("x", V("i"))
+    ref = np.linspace(-1, 1, 50)
+    want = ref.copy()
+    for _ in range(60):
+        e = Unary("tanh", B("+", B("*", e, e), e))
+        want = np.tanh(want * want + want)
+    body = S("k", 0, 2, B("*", e, Const(1)))  # inside a sum too
+    p = prog([inp("x", V("n"))], define("f", "i", e, V("n")), define("g", "i", body, V("n")))
+    out = run(p, x=ref)
+    np.testing.assert_allclose(out["f"], want, rtol=1e-12)
+    np.testing.assert_allclose(out["g"], 3 * want, rtol=1e-12)
+
+
 # -- evaluate_expr and constrained sums ---------------------------------------------
 
 def test_evaluate_expr_over_explicit_grid():
@@ -489,3 +504,109 @@ def test_parsed_guarded_sum_with_max_min_bounds():
     ref = np.convolve(x, y)
     ref = np.where((np.arange(8) % 2 == 0) | (np.arange(8) == 1), ref, -1.0)
     np.testing.assert_allclose(f, ref, rtol=1e-12, atol=1e-12)
+
+
+# -- property test: the vectorised interpreter against a scalar oracle ------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tcc.ir.index import Mod  # noqa: E402,F401  (atoms come from Affine.floordiv/mod)
+
+
+class _OutOfBounds(Exception):
+    pass
+
+
+def _scalar(node, env, tensors):
+    """Plain-Python meaning of an expression at one point (the oracle)."""
+    if isinstance(node, Const):
+        return float(node.value)
+    if isinstance(node, Access):
+        arr = tensors[node.tensor]
+        idx = tuple(int(e.evaluate(env)) for e in node.indices)
+        if any(not 0 <= v < n for v, n in zip(idx, arr.shape)):
+            raise _OutOfBounds(node)
+        return float(arr[idx])
+    if isinstance(node, Unary):
+        v = _scalar(node.operand, env, tensors)
+        return -v if node.op == "neg" else float(_NUMPY[node.op](np.float64(v)))
+    if isinstance(node, Binary):
+        a, b = _scalar(node.lhs, env, tensors), _scalar(node.rhs, env, tensors)
+        return {"+": a + b, "-": a - b, "*": a * b}[node.op]
+    if isinstance(node, Where):
+        return _scalar(node.then if node.cond.evaluate(env) else node.other, env, tensors)
+    if isinstance(node, Sum):
+        lo = max(int(e.evaluate(env)) for e in node.lo)
+        hi = min(int(e.evaluate(env)) for e in node.hi)
+        return sum((_scalar(node.body, {**env, node.var: k}, tensors) for k in range(lo, hi + 1)), 0.0)
+    raise TypeError(node)
+
+
+@st.composite
+def _affine(draw, names):
+    e = Affine.constant(draw(st.integers(-2, 4)))
+    for n in names:
+        e = e + Affine.var(n, draw(st.sampled_from([0, 0, 1, -1, 2])))
+    kind = draw(st.sampled_from(["plain", "plain", "div", "mod"]))
+    if kind == "div":
+        e = e.floordiv(draw(st.integers(2, 3)))
+    elif kind == "mod":
+        e = e.mod(draw(st.integers(2, 3)))
+    return e
+
+
+@st.composite
+def _cond(draw, names):
+    c = Compare(draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="])), draw(_affine(names)), draw(_affine(names)))
+    k = draw(st.integers(0, 3))
+    if k == 1:
+        c = Not(c)
+    elif k == 2:
+        c = And((c, Compare(">=", draw(_affine(names)), C(0))))
+    elif k == 3:
+        c = Or((c, Compare("==", draw(_affine(names)), C(1))))
+    return c
+
+
+@st.composite
+def _expr(draw, names, depth):
+    kind = draw(st.sampled_from(["const", "x", "y"] + (["un", "bin", "bin", "where", "sum"] if depth else [])))
+    if kind == "const":
+        return Const(draw(st.sampled_from([0, 1, 2, -0.5, 1.5])))
+    if kind == "x":
+        return Access("x", (draw(_affine(names)),))
+    if kind == "y":
+        return Access("y", (draw(_affine(names)), draw(_affine(names))))
+    if kind == "un":
+        return Unary(draw(st.sampled_from(["neg", "tanh", "sin", "abs"])), draw(_expr(names, depth - 1)))
+    if kind == "bin":
+        return Binary(draw(st.sampled_from(["+", "-", "*"])), draw(_expr(names, depth - 1)), draw(_expr(names, depth - 1)))
+    if kind == "where":
+        return Where(draw(_cond(names)), draw(_expr(names, depth - 1)), draw(_expr(names, depth - 1)))
+    var = draw(st.sampled_from(["k", "l"]))
+    lo = tuple(draw(st.lists(_affine(names), min_size=1, max_size=2)))
+    hi = tuple(draw(st.lists(_affine(names), min_size=1, max_size=2)))
+    return Sum(var, lo, hi, draw(_expr(tuple(dict.fromkeys(names + (var,))), depth - 1)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=_expr(("i", "j"), 3), n0=st.integers(0, 4), n1=st.integers(1, 3), block=st.sampled_from([1, 2, 5, 1 << 20]))
+def test_property_matches_scalar_oracle(body, n0, n1, block):
+    data = np.random.default_rng(7)
+    tensors = {"x": data.standard_normal(6), "y": data.standard_normal((4, 4))}
+    p = prog([inp("x", 6), inp("y", 4, 4)], define("f", "i j", body, n0, n1))
+    ref = np.zeros((n0, n1))
+    oob = False
+    try:
+        for i in range(n0):
+            for j in range(n1):
+                ref[i, j] = _scalar(body, {"i": i, "j": j}, tensors)
+    except _OutOfBounds:
+        oob = True
+    if oob:
+        with pytest.raises(RuntimeError, match="out-of-bounds read"):
+            evaluate(p, tensors, max_block=block)
+    else:
+        got = evaluate(p, tensors, max_block=block)["f"]
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
