@@ -25,7 +25,7 @@ ENTRY_POINT_GROUP = "tcc.passes"
 
 # programmatically registered passes (tests, notebooks)
 _REGISTERED: dict[str, type[Pass]] = {}
-# loaded classes, by name (built-in and external)
+# loaded built-in classes, by name (external ones are not cached: entry points may change)
 _LOADED: dict[str, type[Pass]] = {}
 # entry-point scan, cached per ``importlib.metadata.entry_points`` function so a
 # monkeypatched one (tests) is honoured without any cache clearing
@@ -93,20 +93,18 @@ def _load_builtin(name: str) -> type[Pass]:
 
 def get_pass_class(name: str) -> type[Pass]:
     """The pass class called ``name``; TccError if there is none (or a conflict)."""
-    cls = _REGISTERED.get(name) or _LOADED.get(name)
     external = _entry_points()
     _check_conflicts(external)
+    cls = _REGISTERED.get(name) or _LOADED.get(name)
     if cls is not None:
         return cls
     if name in BUILTIN_PASSES:
-        cls = _load_builtin(name)
-    elif name in external:
+        cls = _LOADED[name] = _load_builtin(name)
+        return cls
+    if name in external:
         ep = external[name]
-        cls = _check_class(ep.load(), name, f"entry point '{name} = {ep.value}'")
-    else:
-        raise TccError(f"unknown pass '{name}' (known passes: {', '.join(available_passes())})")
-    _LOADED[name] = cls
-    return cls
+        return _check_class(ep.load(), name, f"entry point '{name} = {ep.value}'")
+    raise TccError(f"unknown pass '{name}' (known passes: {', '.join(available_passes())})")
 
 
 def available_passes() -> list[str]:
