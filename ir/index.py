@@ -393,6 +393,8 @@ def negate(c: Cond) -> Cond:
 
 def compare(op: str, diff: Affine) -> Compare:
     """``diff op 0`` printed readably: positive terms left, negative terms right."""
+    if op in ("==", "!=") and diff.terms and diff.terms[0][1] < 0:
+        diff = -diff
     pos = Affine.of([(a, c) for a, c in diff.terms if c > 0])
     neg = Affine.of([(a, -c) for a, c in diff.terms if c < 0])
     k = diff.const

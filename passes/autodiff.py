@@ -1,0 +1,346 @@
+"""``autodiff``: reverse accumulation on element-wise definitions (seed 000, sec. 2–5).
+
+For ``--of f --wrt x`` the pass walks the tensor-level graph backwards (sec. 3):
+every definition ``h`` on a path from ``x`` to ``f`` gets an adjoint ``dh``,
+and each consumer contributes to the adjoints of what it reads, one term per
+occurrence (distinct access node) of the argument (Algorithm 4).
+
+A term is emitted in *delta form*, the paper's eq. (40), which is itself an
+executable program::
+
+    dx[β] = sum[α: box(h)](L0 * sum[k: range](L1 * where(A·(α, k) == β, L2, 0)))
+
+``L0`` is the sensitivity of ``h``'s body (seeded with ``dh[α]``) w.r.t. the
+sum that encloses the access, ``L1`` that of the sum's body w.r.t. the next
+level, and so on: reverse accumulation runs once per sum level, so the
+structure of ``h`` survives and nothing is recomputed inside a loop that did
+not contain it.  ``sum-liberation`` flattens this into one constrained sum,
+``index-solve`` and ``range-bound`` turn the delta into a gather (eq. 47).
+
+The value of ``h``'s body is ``h[α]`` itself, so rules that reuse a node's
+value (``exp``, ``tanh``, ``sigmoid``...) read the forward result instead of
+recomputing it at the root.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from tcc.diagnostics import TccError
+from tcc.ir.expr import (
+    ONE,
+    ZERO,
+    Access,
+    Binary,
+    Const,
+    CSum,
+    Expr,
+    Sum,
+    Unary,
+    Where,
+    accessed_tensors,
+    all_names,
+    fresh_name,
+    is_one,
+    is_zero,
+    postorder,
+)
+from tcc.ir.index import Affine, And, Compare, negate
+from tcc.ir.program import Definition, Program, TensorDecl
+from tcc.pass_base import Level, Pass, PassContext
+
+
+@dataclass(frozen=True)
+class AutoDiff(Pass):
+    name = "autodiff"
+    level = Level.INDEX
+    summary = "reverse-mode derivative of one definition w.r.t. inputs, in delta form (eq. 40)"
+
+    of: str = ""
+    wrt: tuple[str, ...] = ()
+
+    def run(self, program: Program, ctx: PassContext) -> Program:
+        return differentiate(program, self.of, self.wrt)
+
+
+# ---------------------------------------------------------------------------
+# construction helpers that skip neutral elements (no other folding)
+# ---------------------------------------------------------------------------
+
+
+def _mul(a: Expr, b: Expr) -> Expr:
+    if is_one(a):
+        return b
+    if is_one(b):
+        return a
+    return Binary("*", a, b)
+
+
+def _add(a: Expr | None, b: Expr) -> Expr:
+    return b if a is None else Binary("+", a, b)
+
+
+def _neg(a: Expr) -> Expr:
+    return Unary("neg", a)
+
+
+def _div(a: Expr, b: Expr) -> Expr:
+    return Binary("/", a, b)
+
+
+def _pow(a: Expr, b: Expr) -> Expr:
+    return Binary("**", a, b)
+
+
+def _fn(name: str, a: Expr) -> Expr:
+    return Unary(name, a)
+
+
+# ---------------------------------------------------------------------------
+# local derivatives: adjoint of a child given the adjoint ``a`` of its parent
+# ---------------------------------------------------------------------------
+
+
+def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
+    """``[(child, contribution)]``; ``value`` is the node's own value (maybe ``h[α]``)."""
+    if isinstance(node, Unary):
+        u = node.operand
+        op = node.op
+        if op == "neg":
+            d = _neg(a)
+        elif op == "exp":
+            d = _mul(a, value)
+        elif op == "log":
+            d = _div(a, u)
+        elif op == "sqrt":
+            d = _div(a, _mul(Const(2), value))
+        elif op == "sin":
+            d = _mul(a, _fn("cos", u))
+        elif op == "cos":
+            d = _neg(_mul(a, _fn("sin", u)))
+        elif op == "tan":
+            d = _mul(a, Binary("+", ONE, _pow(value, Const(2))))
+        elif op == "asin":
+            d = _div(a, _fn("sqrt", Binary("-", ONE, _pow(u, Const(2)))))
+        elif op == "acos":
+            d = _neg(_div(a, _fn("sqrt", Binary("-", ONE, _pow(u, Const(2))))))
+        elif op == "atan":
+            d = _div(a, Binary("+", ONE, _pow(u, Const(2))))
+        elif op == "sinh":
+            d = _mul(a, _fn("cosh", u))
+        elif op == "cosh":
+            d = _mul(a, _fn("sinh", u))
+        elif op == "tanh":
+            d = _mul(a, Binary("-", ONE, _pow(value, Const(2))))
+        elif op == "abs":
+            d = _mul(a, _fn("sign", u))
+        elif op == "sign":
+            return []  # piecewise constant: zero derivative
+        elif op == "relu":
+            # relu(u) >= 0, so sign(relu(u)) is the step function 1[u > 0]
+            d = _mul(a, _fn("sign", value))
+        elif op == "sigmoid":
+            d = _mul(_mul(a, value), Binary("-", ONE, value))
+        else:  # pragma: no cover - the parser admits no other function
+            raise TccError(f"no derivative rule for '{op}'")
+        return [(u, d)]
+    if isinstance(node, Binary):
+        x, y = node.lhs, node.rhs
+        if node.op == "+":
+            return [(x, a), (y, a)]
+        if node.op == "-":
+            return [(x, a), (y, _neg(a))]
+        if node.op == "*":
+            return [(x, _mul(a, y)), (y, _mul(a, x))]
+        if node.op == "/":
+            return [(x, _div(a, y)), (y, _neg(_div(_mul(a, x), _pow(y, Const(2)))))]
+        if node.op == "**":
+            out = [(x, _mul(_mul(a, y), _pow(x, Binary("-", y, ONE))))]
+            if not isinstance(y, Const):
+                out.append((y, _mul(_mul(a, value), _fn("log", x))))
+            return out
+    if isinstance(node, Where):
+        return [(node.then, Where(node.cond, a, ZERO)), (node.other, Where(negate(node.cond), a, ZERO))]
+    return []
+
+
+def level_adjoints(
+    root: Expr, seed: Expr, relevant: dict[int, bool], root_value: Expr | None
+) -> tuple[dict[Access, Expr], dict[Expr, Expr]]:
+    """Reverse accumulation over one sum level of a body.
+
+    Returns the adjoints of the relevant accesses at this level and of the
+    relevant sums (whose bodies form the next level).  Sum bodies are not
+    entered: their variables are bound, and their adjoint is the same for
+    every value of the summation index.
+    """
+    order: list[Expr] = []
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        n, done = stack.pop()
+        if done:
+            order.append(n)
+            continue
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.append((n, True))
+        if isinstance(n, (Sum, CSum)):
+            continue
+        for c in reversed(n.children()):
+            if relevant.get(id(c)) and id(c) not in seen:
+                stack.append((c, False))
+    adj: dict[int, Expr] = {id(root): seed}
+    accesses: dict[Access, Expr] = {}
+    sums: dict[Expr, Expr] = {}
+    for n in reversed(order):
+        a = adj.get(id(n))
+        if a is None:
+            continue
+        if isinstance(n, Access):
+            accesses[n] = a
+            continue
+        if isinstance(n, (Sum, CSum)):
+            sums[n] = a
+            continue
+        value = root_value if (n is root and root_value is not None) else n
+        for child, contribution in child_adjoints(n, a, value):
+            if not relevant.get(id(child)):
+                continue
+            adj[id(child)] = _add(adj.get(id(child)), contribution)
+    return accesses, sums
+
+
+def _relevance(body: Expr, targets: set[str]) -> dict[int, bool]:
+    rel: dict[int, bool] = {}
+    for n in postorder(body):
+        if isinstance(n, Access):
+            rel[id(n)] = n.tensor in targets
+        else:
+            rel[id(n)] = any(rel[id(c)] for c in n.children())
+    return rel
+
+
+def definition_terms(h: Definition, seed: Expr, targets: set[str]) -> list[tuple[Access, list[tuple[Expr, Expr]], Expr]]:
+    """All (access, chain of (enclosing sum, its sensitivity), innermost adjoint) of ``h``."""
+    relevant = _relevance(h.body, targets)
+    out: list[tuple[Access, list[tuple[Expr, Expr]], Expr]] = []
+    self_value = Access(h.name, tuple(Affine.var(i) for i in h.indices))
+
+    def level(root: Expr, level_seed: Expr, chain: list[tuple[Expr, Expr]], root_value: Expr | None) -> None:
+        if not relevant.get(id(root)):
+            return
+        accesses, sums = level_adjoints(root, level_seed, relevant, root_value)
+        for acc, a in accesses.items():
+            out.append((acc, chain, a))
+        for s, a in sums.items():
+            level(s.children()[0], ONE, chain + [(s, a)], None)
+
+    level(h.body, seed, [], self_value)
+    return out
+
+
+def delta_term(h: Definition, access: Access, chain: list[tuple[Expr, Expr]], inner: Expr, beta: Sequence[str]) -> Expr:
+    """Eq. (40): the sum over ``h``'s domain of the adjoint, masked by ``access == β``."""
+    eqs = [Compare("==", ix, Affine.var(b)) for ix, b in zip(access.indices, beta)]
+    expr: Expr = inner
+    if eqs:
+        expr = Where(eqs[0] if len(eqs) == 1 else And(tuple(eqs)), inner, ZERO)
+    for s, a in reversed(chain):
+        if isinstance(s, Sum):
+            expr = _mul(a, Sum(s.var, s.lo, s.hi, expr))
+        else:
+            expr = _mul(a, CSum(s.vars, s.constraints, expr))
+    assert h.extents is not None
+    for i, ext in reversed(list(zip(h.indices, h.extents))):
+        expr = Sum(i, (Affine.constant(0),), (ext - 1,), expr)
+    return expr
+
+
+def differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
+    if not of:
+        raise TccError("autodiff needs the definition to differentiate: autodiff{of=NAME wrt=X,Y}")
+    if not wrt:
+        raise TccError("autodiff needs at least one input to differentiate with respect to (wrt=...)")
+    f = program.definition(of)
+    if f is None:
+        if program.input(of) is not None:
+            raise TccError(f"'{of}' is an input; --of must name a definition")
+        raise TccError(f"no definition named '{of}'")
+    for x in wrt:
+        if program.input(x) is None:
+            if program.definition(x) is not None:
+                raise TccError(f"'{x}' is a definition; --wrt takes inputs of the program")
+            raise TccError(f"no input named '{x}'")
+    if len(set(wrt)) != len(wrt):
+        raise TccError("--wrt names an input twice")
+    for d in program.definitions:
+        if d.extents is None:
+            raise TccError(f"autodiff needs the extents of '{d.name}': run infer-ranges first")
+
+    reads = {d.name: set(accessed_tensors(d.body)) for d in program.definitions}
+    # definitions f depends on (including f)
+    needed: set[str] = {of}
+    for d in reversed(program.definitions):
+        if d.name in needed:
+            needed |= reads[d.name]
+    # definitions that depend on some wrt input
+    influenced: set[str] = set(wrt)
+    for d in program.definitions:
+        if reads[d.name] & influenced:
+            influenced.add(d.name)
+    relevant = [d for d in program.definitions if d.name in needed and d.name in influenced]
+
+    taken: dict[str, None] = dict.fromkeys(program.tensor_names())
+    taken.update(dict.fromkeys(program.sizes()))
+    index_names: set[str] = set(taken)
+    for d in program.definitions:
+        index_names.update(d.indices)
+        index_names.update(all_names(d.body))
+
+    def allocate(base: str) -> str:
+        name = fresh_name(base, taken)
+        taken[name] = None
+        index_names.add(name)
+        return name
+
+    adjoint: dict[str, str] = {of: allocate("d" + of)}
+    for x in wrt:
+        adjoint[x] = allocate("d" + x)
+    for d in reversed(relevant):
+        if d.name != of:
+            adjoint[d.name] = allocate("d" + d.name)
+
+    targets = {d.name for d in relevant if d.name != of} | set(wrt)
+    terms: dict[str, list[tuple[Definition, Access, list, Expr]]] = {t: [] for t in targets}
+    for h in reversed(relevant):
+        seed = Access(adjoint[h.name], tuple(Affine.var(i) for i in h.indices))
+        for acc, chain, inner in definition_terms(h, seed, targets):
+            terms[acc.tensor].append((h, acc, chain, inner))
+
+    def extents_of(name: str) -> tuple[Affine, ...]:
+        ext = program.extents_of(name)
+        assert ext is not None
+        return ext
+
+    new_defs: list[Definition] = []
+    order = [d.name for d in reversed(relevant) if d.name != of] + list(wrt)
+    for t in order:
+        name = adjoint[t]
+        ext = extents_of(t)
+        beta = []
+        for k in range(len(ext)):
+            b = fresh_name(f"{name}_{k}", index_names)
+            index_names.add(b)
+            beta.append(b)
+        body: Expr | None = None
+        for h, acc, chain, inner in terms[t]:
+            body = _add(body, delta_term(h, acc, chain, inner, beta))
+        new_defs.append(Definition(name, tuple(beta), body if body is not None else ZERO, ext))
+
+    f_ext = f.extents
+    assert f_ext is not None
+    inputs = program.inputs + (TensorDecl(adjoint[of], f_ext),)
+    outputs = tuple(adjoint[x] for x in wrt)
+    return Program(inputs, program.definitions + tuple(new_defs), outputs, program.source)

@@ -1,0 +1,161 @@
+"""``index-solve``: solve the delta of a constrained sum with the Smith normal form (sec. 4.1, 5.1).
+
+A constrained sum ``sum[v | A·v == b(β), R·v >= r](body)`` enumerates the
+``v`` with ``A·v = b``.  With ``U·A·V = S`` (S = diag(s_1..s_R, 0...)) and
+``y = U·b``, the solutions are (eq. 41)::
+
+    C·b == 0            (the last rows of y vanish: the cokernel condition)
+    y_i % s_i == 0      (integrality of I·b, only where s_i > 1)
+    v = V·(y_1 // s_1, ..., y_R // s_R, z_1, ..., z_κ)     (= I·b + K·z)
+
+so the sum becomes ``where(conditions, sum[z | R·(I·b + K·z) >= r](body'), 0)``
+over the κ kernel coordinates only: no Kronecker delta survives inside.  The
+integrality test is written with ``%`` and the quotient with ``//``, which keeps
+the IR integral where the paper's pseudo-inverse I is rational.
+
+Range constraints that no longer involve any ``z`` are moved into the outer
+condition; ``range-bound`` turns the remaining ones into loop bounds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, rebuild, substitute
+from tcc.ir.index import Affine, Compare, Cond, compare, conjuncts, make_and
+from tcc.ir.polyhedra import eliminate_var_atoms
+from tcc.ir.program import Program
+from tcc.ir.smith import solve_integer_system
+from tcc.pass_base import Level, Pass, PassContext
+
+
+def _linear_split(a: Affine, variables: list[str]) -> tuple[list[int], Affine] | None:
+    """Coefficients of ``a`` on the variables and the rest; None if a variable hides in an atom."""
+    coeffs = [a.coeff(v) for v in variables]
+    rest = a - Affine.of([(v, c) for v, c in zip(variables, coeffs)])
+    if set(rest.names()) & set(variables):
+        return None
+    return coeffs, rest
+
+
+def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
+    """Eliminate the equalities of one constrained sum; returns an equivalent expression.
+
+    Kernel coordinates are named ``<prefix>_z0, <prefix>_z1, ...`` afresh for
+    every sum (sibling sums may reuse names, as in the paper's output).
+    """
+    taken = set(global_names) | set(all_names(node))
+    node = eliminate_var_atoms(node, taken)
+    variables = list(node.vars)
+    eqs: list[Compare] = []
+    others: list[Cond] = []
+    for c in node.constraints:
+        for part in conjuncts(c):
+            if isinstance(part, Compare) and part.op == "==" and set(part.names()) & set(variables):
+                eqs.append(part)
+            else:
+                others.append(part)
+    if not eqs:
+        return node
+    rows: list[list[int]] = []
+    rhs: list[Affine] = []
+    for e in eqs:
+        split = _linear_split(e.lhs - e.rhs, variables)
+        if split is None:  # pragma: no cover - atoms over variables were eliminated above
+            return node
+        coeffs, rest = split
+        rows.append(coeffs)
+        rhs.append(-rest)
+    sol = solve_integer_system(rows, len(variables))
+    sf = sol.smith
+    U, V, R = sf.U, sf.V, sf.rank
+    diag = sf.diagonal
+    y = []
+    for i in range(len(rows)):
+        acc = Affine()
+        for j, b in enumerate(rhs):
+            if U[i][j]:
+                acc = acc + b * U[i][j]
+        y.append(acc)
+    conditions: list[Cond] = []
+    for i in range(R, len(rows)):  # cokernel: C·b == 0
+        if y[i].is_constant:
+            if y[i].const != 0:
+                return ZERO
+            continue
+        conditions.append(compare("==", y[i]))
+    quotients: list[Affine] = []
+    for i in range(R):
+        s = diag[i]
+        if s > 1:
+            m = y[i].mod(s)
+            if m.is_constant:
+                if m.const != 0:
+                    return ZERO
+            else:
+                conditions.append(Compare("==", m, Affine.constant(0)))
+        quotients.append(y[i].floordiv(s))
+    kappa = len(variables) - R
+    znames: list[str] = []
+    k = 0
+    while len(znames) < kappa:
+        name = f"{prefix}_z{k}"
+        k += 1
+        if name in taken:
+            continue
+        taken.add(name)
+        znames.append(name)
+    coords = quotients + [Affine.var(z) for z in znames]
+    solution: dict[str, Affine] = {}
+    for j, v in enumerate(variables):
+        acc = Affine()
+        for col, c in enumerate(coords):
+            if V[j][col]:
+                acc = acc + c * V[j][col]
+        solution[v] = acc
+    inner: list[Cond] = []
+    for c in others:
+        new = c.substitute(solution)
+        if set(new.names()) & set(znames):
+            inner.append(new)
+        elif isinstance(new, Compare) and new.lhs.is_constant and new.rhs.is_constant:
+            if not new.evaluate({}):
+                return ZERO
+        else:
+            conditions.append(new)
+    body = substitute(node.body, solution)
+    result: Expr = CSum(tuple(znames), tuple(dict.fromkeys(inner)), body) if znames else body
+    cond = make_and(conditions)
+    return Where(cond, result, ZERO) if cond is not None else result
+
+
+def solve(e: Expr, prefix: str, taken: set[str]) -> Expr:
+    memo: dict[int, Expr] = {}
+
+    def visit(n: Expr) -> Expr:
+        hit = memo.get(id(n))
+        if hit is not None:
+            return hit
+        kids = n.children()
+        new = tuple(visit(k) for k in kids)
+        out = rebuild(n, new) if new != kids else n
+        if isinstance(out, CSum):
+            out = solve_csum(out, prefix, taken)
+        memo[id(n)] = out
+        return out
+
+    return visit(e)
+
+
+@dataclass(frozen=True)
+class IndexSolve(Pass):
+    name = "index-solve"
+    level = Level.INDEX
+    summary = "solve the index equations of constrained sums: Smith normal form -> I, K, C (sec. 4.1)"
+
+    def run(self, program: Program, ctx: PassContext) -> Program:
+        taken: set[str] = set(program.tensor_names()) | set(program.sizes())
+        for d in program.definitions:
+            taken.update(d.indices)
+            taken.update(all_names(d.body))
+        defs = [d.with_body(solve(d.body, d.name, taken)) for d in program.definitions]
+        return program.with_definitions(defs)

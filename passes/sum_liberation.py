@@ -1,0 +1,149 @@
+"""``sum-liberation``: flatten a delta-form term into one constrained sum (seed 000, sec. 5.2).
+
+``autodiff`` leaves each term as the paper's eq. (50) before liberation::
+
+    sum[i, j](L0 * sum[k](L1 * where(i + k == β, L2, 0)))
+
+Liberation removes the inner sum symbols, appends their indices to α and their
+ranges to the constraints, and moves the convex conditions of the delta into
+the constraint list::
+
+    sum[i, j, k | 0 <= i, i <= 2, ..., i + k == β](L0 * L1 * L2)
+
+Only sums that lead to a delta (a ``where(..., 0)`` whose condition has an
+equality over the summation indices) are touched: an ordinary sum such as
+``exp(-sum[k](...))`` keeps its structure, because pulling factors into it
+would recompute them per iteration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tcc.ir.expr import ZERO, Binary, CSum, Expr, Sum, Unary, Where, free_names, is_zero, rebuild
+from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
+from tcc.ir.program import Program
+from tcc.pass_base import Level, Pass, PassContext
+
+
+@dataclass
+class _Delta:
+    vars: list[str]
+    constraints: list[Cond]
+    factors: list[Expr]
+    guards: list[Cond]  # non-convex conditions, kept as a where in the body
+    negate: bool = False
+
+
+def _range_constraints(s: Sum) -> list[Cond]:
+    v = Affine.var(s.var)
+    return [Compare("<=", lo, v) for lo in s.lo] + [Compare("<=", v, hi) for hi in s.hi]
+
+
+def _is_delta_cond(cond: Cond, bound: set[str]) -> bool:
+    return any(
+        isinstance(c, Compare) and c.op == "==" and set(c.names()) & bound for c in conjuncts(cond)
+    )
+
+
+def _split(cond: Cond) -> tuple[list[Cond], list[Cond]]:
+    convex, rest = [], []
+    for c in conjuncts(cond):
+        if isinstance(c, Compare) and c.op != "!=":
+            convex.append(c)
+        else:
+            rest.append(c)
+    return convex, rest
+
+
+def _liberate(e: Expr, bound: set[str]) -> _Delta | None:
+    """The delta-form decomposition of ``e``, or None if ``e`` leads to no delta."""
+    if isinstance(e, Sum) and e.has_range:
+        inner = _liberate(e.body, bound | {e.var})
+        if inner is None:
+            return None
+        return _Delta([e.var] + inner.vars, _range_constraints(e) + inner.constraints, inner.factors, inner.guards, inner.negate)
+    if isinstance(e, CSum):
+        inner = _liberate(e.body, bound | set(e.vars))
+        if inner is None:
+            return None
+        return _Delta(list(e.vars) + inner.vars, list(e.constraints) + inner.constraints, inner.factors, inner.guards, inner.negate)
+    if isinstance(e, Where) and is_zero(e.other):
+        inner = _liberate(e.then, bound)
+        convex, rest = _split(e.cond)
+        if inner is not None:
+            inner.constraints = convex + inner.constraints
+            inner.guards = rest + inner.guards
+            return inner
+        if _is_delta_cond(e.cond, bound):
+            return _Delta([], convex, [e.then], rest)
+        return None
+    if isinstance(e, Binary) and e.op == "*":
+        left = _liberate(e.lhs, bound)
+        right = _liberate(e.rhs, bound) if left is None else None
+        if left is not None:
+            if _captures(left, e.rhs):
+                return None
+            left.factors = left.factors + [e.rhs]
+            return left
+        if right is not None:
+            if _captures(right, e.lhs):
+                return None
+            right.factors = [e.lhs] + right.factors
+            return right
+        return None
+    if isinstance(e, Unary) and e.op == "neg":
+        inner = _liberate(e.operand, bound)
+        if inner is not None:
+            inner.negate = not inner.negate
+        return inner
+    return None
+
+
+def _captures(d: _Delta, factor: Expr) -> bool:
+    """Moving ``factor`` under the liberated sums must not capture its free names."""
+    return bool(set(d.vars) & set(free_names(factor)))
+
+
+def _product(factors: list[Expr]) -> Expr:
+    out = factors[0]
+    for f in factors[1:]:
+        out = Binary("*", out, f)
+    return out
+
+
+def liberate(e: Expr) -> Expr:
+    """Rewrite every maximal delta-form subexpression of ``e`` into a constrained sum."""
+    memo: dict[int, Expr] = {}
+
+    def visit(n: Expr) -> Expr:
+        hit = memo.get(id(n))
+        if hit is not None:
+            return hit
+        out: Expr
+        d = _liberate(n, set()) if isinstance(n, (Sum, CSum, Where, Binary, Unary)) else None
+        if d is not None and d.vars:
+            body = _product([visit(f) for f in d.factors])
+            if d.negate:
+                body = Unary("neg", body)
+            guard = make_and(d.guards)
+            if guard is not None:
+                body = Where(guard, body, ZERO)
+            out = CSum(tuple(d.vars), tuple(d.constraints), body)
+        else:
+            kids = n.children()
+            new = tuple(visit(k) for k in kids)
+            out = rebuild(n, new) if new != kids else n
+        memo[id(n)] = out
+        return out
+
+    return visit(e)
+
+
+@dataclass(frozen=True)
+class SumLiberation(Pass):
+    name = "sum-liberation"
+    level = Level.INDEX
+    summary = "flatten delta-form sums into constrained sums over all liberated indices (sec. 5.2)"
+
+    def run(self, program: Program, ctx: PassContext) -> Program:
+        return program.with_definitions(d.with_body(liberate(d.body)) for d in program.definitions)
