@@ -324,7 +324,7 @@ def evaluate(
     if dtype.kind != "f":
         raise TccError(f"the interpreter computes in a float dtype, not {dtype}")
     for d in program.definitions:
-        if d.extents is None:
+        if d.extents is None and d.indices:
             raise TccError(f"definition '{d.name}' has no known extents; run infer-ranges first")
         _check_ranged(d.body, f"definition '{d.name}'")
     sizes = bind_sizes(program, inputs)
@@ -334,10 +334,10 @@ def evaluate(
     results: dict[str, np.ndarray] = {}
     with np.errstate(all="ignore"):
         for d in program.definitions:
-            assert d.extents is not None
-            if len(d.indices) != len(d.extents):
-                raise TccError(f"definition '{d.name}' has {len(d.indices)} indices but {len(d.extents)} extents")
-            shape = extents_shape(d.extents, sizes)
+            extents = () if d.extents is None else d.extents  # a scalar needs no declaration
+            if len(d.indices) != len(extents):
+                raise TccError(f"definition '{d.name}' has {len(d.indices)} indices but {len(extents)} extents")
+            shape = extents_shape(extents, sizes)
             ev = _Evaluator(tensors, dtype, max_block, f"definition '{d.name}'")
             value = ev.grid(d.body, d.indices, shape, sizes)
             results[d.name] = value

@@ -303,7 +303,8 @@ def test_extent_zero_and_one():
     out = run(p, x=np.array([2.0]))
     np.testing.assert_allclose(out["y"], [np.exp(2.0)])
     assert out["s"] == 2.0 and out["z"].shape == (3, 1)
-    np.testing.assert_array_equal(MATMUL and run(MATMUL, a=np.zeros((2, 0)), b=np.zeros((0, 3)))["c"], np.zeros((2, 3)))
+    # an empty sum range: (2 x 0) @ (0 x 3) is all zeros
+    np.testing.assert_array_equal(run(MATMUL, a=np.zeros((2, 0)), b=np.zeros((0, 3)))["c"], np.zeros((2, 3)))
 
 
 # -- the out-of-bounds detector -------------------------------------------------
@@ -511,7 +512,6 @@ def test_parsed_guarded_sum_with_max_min_bounds():
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tcc.ir.index import Mod  # noqa: E402,F401  (atoms come from Affine.floordiv/mod)
 
 
 class _OutOfBounds(Exception):
@@ -610,3 +610,29 @@ def test_property_matches_scalar_oracle(body, n0, n1, block):
     else:
         got = evaluate(p, tensors, max_block=block)["f"]
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_parsed_correlation_scalar_input_and_undeclared_scalar_definition():
+    parser = pytest.importorskip("tcc.ir.parser")
+    program = parser.parse_program(
+        """
+        input x[n], w[m], s
+        output y[n - m + 1]
+        y[i] = s * sum[k: 0..m - 1](x[i + k] * w[k])
+        t = sum[i: 0..n - m](y[i]**2)
+        """
+    )
+    x, w = RNG.standard_normal(20), RNG.standard_normal(4)
+    out = evaluate(program, {"x": x, "w": w, "s": 2, "unused": np.zeros(3)})
+    y = 2 * np.correlate(x, w, mode="valid")
+    np.testing.assert_allclose(out["y"], y, rtol=1e-12)
+    np.testing.assert_allclose(out["t"], np.sum(y**2), rtol=1e-12)
+    with pytest.raises(TccError, match=r"definition 'y' would have negative extent -2 \(n - m \+ 1\)"):
+        evaluate(program, {"x": x[:3], "w": np.zeros(6), "s": 1.0})
+
+
+def test_same_size_twice_in_one_tensor():
+    p = prog([inp("a", V("n"), V("n"))], define("f", "i", X("a", V("i"), V("i")), V("n")))
+    with pytest.raises(TccError, match=r"input 'a' has shape \(3, 4\) but its declaration a\[n, n\] requires \(3, 3\)"):
+        bind_sizes(p, {"a": np.zeros((3, 4))})
+    np.testing.assert_array_equal(run(p, a=np.arange(9.0).reshape(3, 3))["f"], [0, 4, 8])
