@@ -225,7 +225,7 @@ def cmd_check(session: _Session, args: argparse.Namespace) -> int:
     worst = max((r.max_rel_error for r in results), default=0.0)
     failed = [r.gradient for r in results if not r.ok]
     status = "ok" if not failed else "FAILED (" + ", ".join(failed) + ")"
-    print(f"worst relative error {worst:.2g} (tol {args.tol:g}) {status}")
+    print(f"worst relative error {worst:.1e} (tol {args.tol:g}) {status}")
     return 1 if failed else 0
 
 

@@ -62,7 +62,7 @@ class CheckResult:
 
     def __str__(self) -> str:
         status = "ok" if self.ok else "FAILED"
-        return f"{self.gradient}: max relative error {self.max_rel_error:.2g} ({self.checked}) {status}"
+        return f"{self.gradient}: max relative error {self.max_rel_error:.1e} ({self.checked}) {status}"
 
 
 def default_sizes(names: Sequence[str]) -> dict[str, int]:
@@ -127,6 +127,11 @@ def check_gradients(
             raise TccError(f"'{x}' is not an input of the program")
 
     src, deriv = derivative_program(program, of, wrt)
+    # derived programs may leave sums for infer-ranges (as a printed, re-parsed one would)
+    from tcc.passes.infer_ranges import InferRanges
+    from tcc.pipeline import run_pipeline
+
+    deriv = run_pipeline(deriv, [InferRanges()])
 
     # sizes
     names = src.sizes()
