@@ -1,0 +1,226 @@
+"""``cse``: share common subexpressions as named temporaries.
+
+Hash-consing already makes repeated subexpressions one node, but a printed
+program, the interpreter and a naive code generator would evaluate the node
+once per occurrence, and a subexpression that depends on fewer indices than its
+context would be recomputed for every value of the others.  This pass does two
+rewrites, both checked by proof so they never read out of bounds:
+
+1. *Instances of a definition*: a subexpression equal to the whole body of an
+   earlier definition ``g`` with its indices replaced by index expressions
+   ``σ`` becomes the read ``g[σ]`` (e.g. ``exp(-sum[k](...))`` inside a
+   derivative becomes ``f[da_0, da_z0]``).
+2. *Temporaries*: a non-trivial subexpression that occurs more than once in a
+   definition and depends only on that definition's own indices becomes a
+   ``local`` definition ``<name>_t<k>`` over those indices, placed before it.
+
+Subexpressions under a ``where`` whose guard protects their accesses are only
+shared when the accesses are in bounds on the whole domain.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from tcc.ir.expr import (
+    Access,
+    Binary,
+    Const,
+    CSum,
+    Expr,
+    Sum,
+    Unary,
+    Where,
+    free_names,
+    fresh_name,
+    postorder,
+    rebuild,
+    substitute,
+)
+from tcc.ir.index import Affine, Compare
+from tcc.ir.polyhedra import Facts, definition_facts
+from tcc.ir.program import Definition, Program
+from tcc.pass_base import Level, Pass, PassContext
+
+from .infer_ranges import facts_at, uses
+
+
+def _size(e: Expr, memo: dict[int, int]) -> int:
+    hit = memo.get(id(e))
+    if hit is None:
+        hit = 1 + sum(_size(c, memo) for c in e.children())
+        memo[id(e)] = hit
+    return hit
+
+
+def _occurrences(body: Expr) -> Counter:
+    """How often each node would be evaluated in a tree walk (parents' counts add up)."""
+    order = postorder(body)
+    count: Counter = Counter()
+    count[id(body)] = 1
+    for n in reversed(order):
+        for c in n.children():
+            count[id(c)] += count[id(n)]
+    return count
+
+
+def _in_bounds_everywhere(program: Program, e: Expr, facts: Facts) -> bool:
+    for use in uses(e):
+        ext = program.extents_of(use.access.tensor)
+        if ext is None:
+            return False
+        f = facts_at(facts, use)
+        for ix, n in zip(use.access.indices, ext):
+            if not (f.implies(Compare(">=", ix, Affine.constant(0))) and f.implies(Compare("<=", ix, n - 1))):
+                return False
+    return True
+
+
+def _match_instance(g: Definition, e: Expr) -> tuple[Affine, ...] | None:
+    """``σ`` with ``substitute(g.body, σ) is e``, found from g's plain-index accesses."""
+    if type(g.body) is not type(e) or not g.indices:
+        return None
+    sigma: dict[str, Affine] = {}
+    g_acc = [n for n in postorder(g.body) if isinstance(n, Access)]
+    e_acc = [n for n in postorder(e) if isinstance(n, Access)]
+    if len(g_acc) != len(e_acc):
+        return None
+    for a, b in zip(g_acc, e_acc):
+        if a.tensor != b.tensor or len(a.indices) != len(b.indices):
+            return None
+        for ia, ib in zip(a.indices, b.indices):
+            if len(ia.terms) == 1 and ia.terms[0][1] == 1 and ia.terms[0][0] in g.indices:
+                v = ia.terms[0][0]
+                if v not in sigma:
+                    sigma[v] = ib - ia.const
+    if set(sigma) != set(g.indices):
+        return None
+    if substitute(g.body, sigma) is not e:
+        return None
+    return tuple(sigma[i] for i in g.indices)
+
+
+def share_instances(program: Program) -> Program:
+    sizes = program.sizes()
+    defs: list[Definition] = []
+    for idx, d in enumerate(program.definitions):
+        earlier = [g for g in defs if not isinstance(g.body, (Access, Const))]
+        if not earlier or d.extents is None:
+            defs.append(d)
+            continue
+        base = definition_facts(sizes, d.indices, d.extents)
+        heads = {type(g.body) for g in earlier}
+        replace: dict[int, Expr] = {}
+        for use_node in postorder(d.body):
+            if type(use_node) not in heads:
+                continue
+            for g in earlier:
+                sigma = _match_instance(g, use_node)
+                if sigma is None or g.extents is None:
+                    continue
+                replace[id(use_node)] = Access(g.name, sigma)
+                break
+        if not replace:
+            defs.append(d)
+            continue
+        body = _rewrite_checked(program, d.body, replace, base)
+        defs.append(d.with_body(body))
+    return program.with_definitions(defs)
+
+
+def _rewrite_checked(program: Program, body: Expr, replace: dict[int, Expr], facts: Facts) -> Expr:
+    """Replace nodes, checking at each position (with its facts) that the new read is in bounds."""
+
+    def visit(e: Expr, f: Facts) -> Expr:
+        new = replace.get(id(e))
+        if new is not None and _in_bounds_everywhere(program, new, f):
+            return new
+        if isinstance(e, Where):
+            from tcc.ir.index import negate
+
+            return Where(e.cond, visit(e.then, f.with_cond(e.cond)), visit(e.other, f.with_cond(negate(e.cond))))
+        if isinstance(e, Sum):
+            inner = f.with_range(e.var, e.lo, e.hi) if e.has_range else f
+            return Sum(e.var, e.lo, e.hi, visit(e.body, inner))
+        if isinstance(e, CSum):
+            inner = f
+            for c in e.constraints:
+                inner = inner.with_cond(c)
+            return CSum(e.vars, e.constraints, visit(e.body, inner))
+        kids = e.children()
+        new_kids = tuple(visit(k, f) for k in kids)
+        return rebuild(e, new_kids) if new_kids != kids else e
+
+    return visit(body, facts)
+
+
+def introduce_temporaries(program: Program) -> Program:
+    sizes = program.sizes()
+    taken: dict[str, None] = dict.fromkeys(program.tensor_names())
+    taken.update(dict.fromkeys(sizes))
+    out: list[Definition] = []
+    for d in program.definitions:
+        if d.extents is None:
+            out.append(d)
+            continue
+        counts = _occurrences(d.body)
+        memo: dict[int, int] = {}
+        own = set(d.indices)
+        base = definition_facts(sizes, d.indices, d.extents)
+        chosen: list[Expr] = []
+        for n in postorder(d.body):
+            if counts[id(n)] < 2 or not isinstance(n, (Unary, Binary, Sum)):
+                continue
+            if isinstance(n, Unary) and n.op == "neg":
+                continue
+            if _size(n, memo) < 4 or not set(free_names(n)) - set(sizes) <= own:
+                continue
+            if not _in_bounds_everywhere(program, n, base):
+                continue
+            chosen.append(n)
+        # keep the largest shared subexpressions only (their parts are inside them)
+        chosen.sort(key=lambda n: -_size(n, memo))
+        selected: list[Expr] = []
+        inside: set[int] = set()
+        for n in chosen:
+            if id(n) in inside:
+                continue
+            selected.append(n)
+            inside.update(id(x) for x in postorder(n))
+        if not selected:
+            out.append(d)
+            continue
+        replace: dict[int, Expr] = {}
+        for n in sorted(selected, key=lambda n: _size(n, memo)):
+            fv = [i for i in d.indices if i in set(free_names(n))]
+            name = fresh_name(f"{d.name}_t", taken)
+            taken[name] = None
+            ext = tuple(e for i, e in zip(d.indices, d.extents) if i in fv)
+            out.append(Definition(name, tuple(fv), n, ext))
+            replace[id(n)] = Access(name, tuple(Affine.var(i) for i in fv))
+
+        def visit(e: Expr, memo2: dict[int, Expr] = {}) -> Expr:  # noqa: B006 - local memo
+            r = replace.get(id(e))
+            if r is not None:
+                return r
+            hit = memo2.get(id(e))
+            if hit is not None:
+                return hit
+            kids = e.children()
+            new = tuple(visit(k, memo2) for k in kids)
+            res = rebuild(e, new) if new != kids else e
+            memo2[id(e)] = res
+            return res
+
+        out.append(d.with_body(visit(d.body, {})))
+    return program.with_definitions(out)
+
+
+@dataclass(frozen=True)
+class CSE(Pass):
+    name = "cse"
+    level = Level.INDEX
+    summary = "share repeated subexpressions and instances of earlier definitions as named tensors"
+
+    def run(self, program: Program, ctx: PassContext) -> Program:
+        return introduce_temporaries(share_instances(program))
