@@ -100,7 +100,7 @@ def _names(text: str, flag: str) -> list[str]:
 
 
 def _parse_sizes(text: str | None) -> dict[str, int] | None:
-    if text is None:
+    if text is None or not text.strip():
         return None
     sizes: dict[str, int] = {}
     for item in text.split(","):
