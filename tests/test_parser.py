@@ -152,6 +152,13 @@ def test_functions_where_and_sums():
     )
 
 
+def test_csum_without_constraints_reads_back():
+    # the printer writes CSum(vars, (), body) as `sum[i | ](body)`; accept it so that it reads back
+    e = CSum(("i",), (), A("x", V("i")))
+    assert format_expr(e) == "sum[i | ](x[i])"
+    assert parse_expr("sum[i | ](x[i])") is e
+
+
 def test_index_expressions():
     i, j, n = V("i"), V("j"), V("n")
     assert parse_index("2*i - j + 1") == i * 2 - j + 1
