@@ -72,6 +72,8 @@ class Const(Expr):
     def __new__(cls, value: int | float) -> "Const":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"constant must be int or float, not {value!r}")
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            raise ValueError("constants must be finite: the language has no literal for inf or nan")
         return super().__new__(cls, value)
 
     @staticmethod

@@ -63,6 +63,9 @@ class _Printer:
             return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
         if isinstance(e, Unary):
             if e.op == "neg":
+                if isinstance(e.operand, Const):
+                    # "-3" is the literal Const(-3); keep the negation visible
+                    return f"-({self.expr(e.operand)})"
                 return "-" + self.wrap(e.operand, _POW)
             return f"{e.op}({self.expr(e.operand)})"
         if isinstance(e, Binary):

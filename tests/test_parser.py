@@ -326,21 +326,13 @@ def _bound(e: Expr) -> set:
     return out
 
 
-def _prints_as_nonnegative_literal(e: Expr) -> bool:
-    return isinstance(e, Const) and not format_expr(e).startswith("-")
-
-
 def _extend(sub):
     ranges = st.one_of(
         st.just(((), ())),
         st.tuples(st.lists(affines(), min_size=1, max_size=2).map(tuple), st.lists(affines(), min_size=1, max_size=2).map(tuple)),
     )
     return st.one_of(
-        st.builds(Unary, st.sampled_from(("neg",) + UNARY_FUNCTIONS), sub).filter(
-            # PRINTER LIMITATION: Unary('neg', Const(3)) prints as "-3", which reads back as
-            # Const(-3) (see test_neg_of_nonnegative_constant_prints_as_literal); excluded here.
-            lambda u: not (u.op == "neg" and _prints_as_nonnegative_literal(u.operand))
-        ),
+        st.builds(Unary, st.sampled_from(("neg",) + UNARY_FUNCTIONS), sub),
         st.builds(Binary, st.sampled_from(["+", "-", "*", "/", "**"]), sub, sub),
         st.builds(Where, conds, sub, sub),
         st.builds(
@@ -366,20 +358,20 @@ def test_random_expressions_print_parse_identity(e):
     assert parse_expr(text) is e, text
 
 
-@pytest.mark.xfail(strict=True, reason="printer bug: neg of a non-negative literal prints as a negative literal")
-def test_neg_of_nonnegative_constant_prints_as_literal():
-    # PRINTER BUG (ir/printer.py, reported, not fixed here): Unary('neg', Const(3)) prints "-3",
-    # the language's negative literal, so it reads back as Const(-3). Printed text is still a fixed
-    # point (print -> parse -> print), but the node is not recovered.
+def test_neg_of_nonnegative_constant_round_trips():
+    # Unary('neg', Const(3)) must not print as the literal "-3" (that is Const(-3)).
     e = Unary("neg", Const(3))
+    assert format_expr(e) == "-(3)"
     assert parse_expr(format_expr(e)) is e
+    assert parse_expr("-3") is Const(-3)
 
 
-@pytest.mark.xfail(strict=True, reason="printer bug: infinite/NaN constants print as names")
-def test_infinite_constant_prints_as_name():
-    # PRINTER BUG (reported): Const(float('inf')) prints "inf", which reads back as a scalar access.
-    e = Const(float("inf"))
-    assert parse_expr(format_expr(e)) is e
+def test_non_finite_constants_are_rejected():
+    # the language has no literal for inf/nan, so such a node could not print back
+    with pytest.raises(ValueError, match="finite"):
+        Const(float("inf"))
+    with pytest.raises(ValueError, match="finite"):
+        Const(float("nan"))
 
 
 # ---------------------------------------------------------------------------
