@@ -141,6 +141,11 @@ class Sum(Expr):
     hi: tuple[Affine, ...]
     body: Expr
 
+    def __new__(cls, var: str, lo: tuple[Affine, ...], hi: tuple[Affine, ...], body: Expr) -> "Sum":
+        if bool(lo) != bool(hi):
+            raise ValueError("a sum has both bounds or neither")
+        return super().__new__(cls, var, tuple(lo), tuple(hi), body)
+
     def children(self) -> tuple[Expr, ...]:
         return (self.body,)
 

@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 from typing import Iterable, Sequence
 
-from .expr import CSum, Const, Expr, Sum, Where, ZERO, transform, Access
+from .expr import CSum, Expr, Sum, Where, ZERO, transform, Access
 from .fourier_motzkin import Constraint, eliminate
 from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts, make_and
 from .linear import Linear

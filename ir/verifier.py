@@ -15,8 +15,23 @@ from .index import Affine
 from .program import Definition, Loc, Program
 
 
-def verify(program: Program) -> None:
+def verify(program: Program, bounds: bool = True) -> None:
+    """Structural checks; with ``bounds``, also prove every access in bounds.
+
+    Bounds are checked for definitions whose extents and sum ranges are known
+    (after ``infer-ranges``): an out-of-bounds read is then a compiler bug in
+    whichever pass built it.
+    """
     _Verifier(program).run()
+    if bounds:
+        from .bounds import prove_in_bounds
+        from .expr import postorder
+
+        sizes = program.sizes()
+        for d in program.definitions:
+            if d.extents is None or any(isinstance(n, Sum) and not n.has_range for n in postorder(d.body)):
+                continue
+            prove_in_bounds(program, d, sizes)
 
 
 class _Verifier:
@@ -82,7 +97,7 @@ class _Verifier:
             self.access(e, d, scope, defined, loc)
             return
         if isinstance(e, Where):
-            self.names(e.cond.names(), scope, loc, f"condition of where")
+            self.names(e.cond.names(), scope, loc, "condition of where")
             self.expr(e.then, d, scope, defined, memo)
             self.expr(e.other, d, scope, defined, memo)
             return

@@ -42,7 +42,6 @@ from tcc.ir.expr import (
     all_names,
     fresh_name,
     is_one,
-    is_zero,
     postorder,
 )
 from tcc.ir.index import Affine, And, Compare, negate

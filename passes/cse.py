@@ -42,7 +42,7 @@ from tcc.ir.polyhedra import Facts, definition_facts
 from tcc.ir.program import Definition, Program
 from tcc.pass_base import Level, Pass, PassContext
 
-from .infer_ranges import facts_at, uses
+from tcc.ir.bounds import facts_at, uses
 
 
 def _size(e: Expr, memo: dict[int, int]) -> int:

@@ -115,6 +115,8 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
     inner: list[Cond] = []
     for c in others:
         new = c.substitute(solution)
+        if isinstance(new, Compare):
+            new = compare(new.op, new.lhs - new.rhs)  # readable: x >= 3 rather than 6 - x <= 3
         if set(new.names()) & set(znames):
             inner.append(new)
         elif isinstance(new, Compare) and new.lhs.is_constant and new.rhs.is_constant:

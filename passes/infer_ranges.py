@@ -16,62 +16,16 @@ reported with the range its index actually covers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from tcc.diagnostics import TccError
-from tcc.ir.expr import Access, CSum, Expr, Sum, Where, transform
-from tcc.ir.index import Affine, Compare, format_affine, negate
-from tcc.ir.polyhedra import Facts, definition_facts, expression_range, program_facts
+from tcc.ir.expr import CSum, Expr, Sum
+from tcc.ir.index import Affine, format_affine
+from tcc.ir.bounds import prove_in_bounds, uses
+from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
 from tcc.ir.verifier import verify
 from tcc.pass_base import Level, Pass, PassContext
-
-
-@dataclass
-class Use:
-    """One occurrence of an access, with what is known where it occurs."""
-
-    access: Access
-    scopes: tuple  # enclosing Sum / CSum nodes, outermost first
-    conds: tuple  # (cond, taken) for enclosing where branches
-
-
-def uses(body: Expr) -> Iterator[Use]:
-    """Every access occurrence (a tree walk: positions matter for facts)."""
-    seen: set = set()
-
-    def rec(e: Expr, scopes: tuple, conds: tuple) -> Iterator[Use]:
-        key = (id(e), scopes, conds)
-        if key in seen:
-            return
-        seen.add(key)
-        if isinstance(e, Access):
-            yield Use(e, scopes, conds)
-        elif isinstance(e, Where):
-            yield from rec(e.then, scopes, conds + ((e.cond, True),))
-            yield from rec(e.other, scopes, conds + ((e.cond, False),))
-        elif isinstance(e, (Sum, CSum)):
-            yield from rec(e.children()[0], scopes + (e,), conds)
-        else:
-            for c in e.children():
-                yield from rec(c, scopes, conds)
-
-    yield from rec(body, (), ())
-
-
-def facts_at(base: Facts, use: Use) -> Facts:
-    """Facts at a use: enclosing sum ranges and where guards added to ``base``."""
-    facts = base
-    for s in use.scopes:
-        if isinstance(s, Sum):
-            if s.has_range:
-                facts = facts.with_range(s.var, s.lo, s.hi)
-        else:
-            for c in s.constraints:
-                facts = facts.with_cond(c)
-    for cond, taken in use.conds:
-        facts = facts.with_cond(cond if taken else negate(cond))
-    return facts
 
 
 @dataclass(frozen=True)
@@ -81,13 +35,13 @@ class InferRanges(Pass):
     summary = "infer extents and sum ranges from accesses; prove every access in bounds"
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        verify(program)
+        verify(program, bounds=False)
         sizes = program.sizes()
         defs: list[Definition] = []
         current = program
         for d in program.definitions:
             new = _infer_definition(current, d, sizes)
-            _prove_in_bounds(current, new, sizes)
+            prove_in_bounds(current, new, sizes)
             defs.append(new)
             current = current.with_definitions(defs + list(program.definitions[len(defs):]))
         return current
@@ -283,42 +237,3 @@ def _ranged_sums(e: Expr) -> list[Sum]:
 
 
 # ---------------------------------------------------------------------------
-
-
-def _prove_in_bounds(program: Program, d: Definition, sizes: Sequence[str]) -> None:
-    assert d.extents is not None
-    base = definition_facts(sizes, d.indices, d.extents)
-    for use in uses(d.body):
-        extents = program.extents_of(use.access.tensor)
-        if extents is None:
-            continue
-        facts = None
-        for dim, (ix, ext) in enumerate(zip(use.access.indices, extents)):
-            if facts is None:
-                facts = facts_at(base, use)
-            if facts.implies(Compare(">=", ix, Affine.constant(0))) and facts.implies(Compare("<=", ix, ext - 1)):
-                continue
-            raise _out_of_bounds(program, d, use, dim, ix, ext, facts, sizes)
-
-
-def _out_of_bounds(program, d, use, dim, ix, ext, facts, sizes) -> TccError:  # noqa: ANN001
-    acc = use.access
-    rng = expression_range(facts, ix, list(sizes))
-    where = f"dimension {dim + 1} of '{acc.tensor}'" if len(acc.indices) > 1 else f"'{acc.tensor}'"
-    if rng is not None and rng[0] and rng[1]:
-        lo = _bound_text(rng[0], "max")
-        hi = _bound_text(rng[1], "min")
-        span = f"{format_affine(ix)} ranges over {lo}..{hi}"
-        concrete = all(a.is_constant for a in rng[0] + rng[1]) and ext.is_constant
-        verb = "is out of bounds" if concrete else "may be out of bounds"
-        msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}"
-    else:
-        msg = f"cannot prove that access {acc} is in bounds: {where} has extent {format_affine(ext)}"
-    return TccError(msg, program.loc_of(acc) or d.loc, program.source)
-
-
-def _bound_text(items: Sequence[Affine], fn: str) -> str:
-    items = list(dict.fromkeys(items))
-    if len(items) == 1:
-        return format_affine(items[0])
-    return f"{fn}({', '.join(format_affine(a) for a in items)})"

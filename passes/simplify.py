@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from tcc.ir.expr import (
     ONE,
     ZERO,
-    Access,
     Binary,
     Const,
     CSum,
@@ -33,14 +32,12 @@ from tcc.ir.expr import (
     Unary,
     Where,
     accessed_tensors,
-    free_names,
     is_one,
     is_zero,
-    postorder,
     rebuild,
     substitute,
 )
-from tcc.ir.index import Affine, And, Compare, Cond, Not, Or, conjuncts, make_and, negate
+from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.polyhedra import Facts, definition_facts, program_facts
 from tcc.ir.program import Program
 from tcc.pass_base import Level, Pass, PassContext

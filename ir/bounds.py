@@ -1,0 +1,115 @@
+"""Proving that every access of a definition is in bounds.
+
+Shared by ``infer-ranges`` (which reports the first unprovable access to the
+user), the verifier (``--verify-each`` catches a pass that builds an
+out-of-bounds read) and ``cse`` (which may only share subexpressions whose
+reads are safe everywhere).  Each access is checked under the facts of its
+position: index ranges, enclosing sum ranges and constraints, ``where`` guards.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from tcc.diagnostics import TccError
+
+from .expr import Access, CSum, Expr, Sum, Where
+from .index import Affine, Compare, format_affine, negate
+from .polyhedra import Facts, definition_facts, expression_range
+from .program import Definition, Program
+
+
+@dataclass
+class Use:
+    """One occurrence of an access, with what is known where it occurs."""
+
+    access: Access
+    scopes: tuple  # enclosing Sum / CSum nodes, outermost first
+    conds: tuple  # (cond, taken) for enclosing where branches
+
+
+def uses(body: Expr) -> Iterator[Use]:
+    """Every access occurrence (a tree walk: positions matter for facts)."""
+    seen: set = set()
+
+    def rec(e: Expr, scopes: tuple, conds: tuple) -> Iterator[Use]:
+        key = (id(e), scopes, conds)
+        if key in seen:
+            return
+        seen.add(key)
+        if isinstance(e, Access):
+            yield Use(e, scopes, conds)
+        elif isinstance(e, Where):
+            yield from rec(e.then, scopes, conds + ((e.cond, True),))
+            yield from rec(e.other, scopes, conds + ((e.cond, False),))
+        elif isinstance(e, (Sum, CSum)):
+            yield from rec(e.children()[0], scopes + (e,), conds)
+        else:
+            for c in e.children():
+                yield from rec(c, scopes, conds)
+
+    yield from rec(body, (), ())
+
+
+def facts_at(base: Facts, use: Use) -> Facts:
+    """Facts at a use: enclosing sum ranges and where guards added to ``base``."""
+    facts = base
+    for s in use.scopes:
+        if isinstance(s, Sum):
+            if s.has_range:
+                facts = facts.with_range(s.var, s.lo, s.hi)
+        else:
+            for c in s.constraints:
+                facts = facts.with_cond(c)
+    for cond, taken in use.conds:
+        facts = facts.with_cond(cond if taken else negate(cond))
+    return facts
+
+
+def access_in_bounds(program: Program, use: Use, facts: Facts) -> int | None:
+    """The first dimension not proved in bounds, or None if all are."""
+    extents = program.extents_of(use.access.tensor)
+    if extents is None:
+        return None
+    for dim, (ix, ext) in enumerate(zip(use.access.indices, extents)):
+        if facts.implies(Compare(">=", ix, Affine.constant(0))) and facts.implies(Compare("<=", ix, ext - 1)):
+            continue
+        return dim
+    return None
+
+
+def prove_in_bounds(program: Program, d: Definition, sizes: Sequence[str]) -> None:
+    """Raise a located TccError for the first access of ``d`` not proved in bounds."""
+    assert d.extents is not None
+    base = definition_facts(sizes, d.indices, d.extents)
+    for use in uses(d.body):
+        if program.extents_of(use.access.tensor) is None:
+            continue
+        facts = facts_at(base, use)
+        dim = access_in_bounds(program, use, facts)
+        if dim is not None:
+            ext = program.extents_of(use.access.tensor)[dim]
+            raise out_of_bounds_error(program, d, use, dim, use.access.indices[dim], ext, facts, sizes)
+
+
+def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError:  # noqa: ANN001
+    acc = use.access
+    rng = expression_range(facts, ix, list(sizes))
+    where = f"dimension {dim + 1} of '{acc.tensor}'" if len(acc.indices) > 1 else f"'{acc.tensor}'"
+    if rng is not None and rng[0] and rng[1]:
+        lo = _bound_text(rng[0], "max")
+        hi = _bound_text(rng[1], "min")
+        span = f"{format_affine(ix)} ranges over {lo}..{hi}"
+        concrete = all(a.is_constant for a in rng[0] + rng[1]) and ext.is_constant
+        verb = "is out of bounds" if concrete else "may be out of bounds"
+        msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}"
+    else:
+        msg = f"cannot prove that access {acc} is in bounds: {where} has extent {format_affine(ext)}"
+    return TccError(msg, program.loc_of(acc) or d.loc, program.source)
+
+
+def _bound_text(items: Sequence[Affine], fn: str) -> str:
+    items = list(dict.fromkeys(items))
+    if len(items) == 1:
+        return format_affine(items[0])
+    return f"{fn}({', '.join(format_affine(a) for a in items)})"
