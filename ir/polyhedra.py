@@ -211,6 +211,67 @@ class Facts:
     def __init__(self, rows: Sequence[Row] = (), atoms: AtomTable | None = None) -> None:
         self.atoms = atoms if atoms is not None else AtomTable()
         self.rows: tuple[Row, ...] = tuple(rows)
+        self._box: dict | None = None
+
+    def _intervals(self) -> dict:
+        """Constant bounds of single symbols: the cheap first try before Fourier–Motzkin."""
+        if self._box is None:
+            box: dict = {}
+            for form, kind in self.rows:
+                if len(form.terms) != 1:
+                    continue
+                (sym, c), k = form.terms[0], form.const
+                lo, hi = box.get(sym, (None, None))
+                bound = -k / c  # c*s + k >= 0  <=>  s >= -k/c (c > 0) or s <= -k/c (c < 0)
+                if c > 0 or kind == "==":
+                    v = -((-bound.numerator) // bound.denominator)
+                    lo = v if lo is None else max(lo, v)
+                if c < 0 or kind == "==":
+                    v = bound.numerator // bound.denominator
+                    hi = v if hi is None else min(hi, v)
+                box[sym] = (lo, hi)
+            self._box = box
+        return self._box
+
+    def _range(self, form: Linear) -> tuple[Fraction | None, Fraction | None]:
+        """Interval of a linear form from the single-symbol bounds (None: unbounded)."""
+        box = self._intervals()
+        lo: Fraction | None = form.const
+        hi: Fraction | None = form.const
+        for sym, c in form.terms:
+            b = box.get(sym)
+            if b is None:
+                return None, None
+            slo, shi = b
+            if c > 0:
+                lo = None if lo is None or slo is None else lo + c * slo
+                hi = None if hi is None or shi is None else hi + c * shi
+            else:
+                lo = None if lo is None or shi is None else lo + c * shi
+                hi = None if hi is None or slo is None else hi + c * slo
+        return lo, hi
+
+    def _quick(self, cond: Compare) -> bool | None:
+        """True/False if single-symbol intervals already decide ``cond``, else None."""
+        rows = compare_rows(cond, self.atoms)
+        if rows is None or any(not set(f.symbols()) <= set(self._intervals()) for f, _ in rows):
+            return None
+        verdict = True
+        for form, kind in rows:
+            lo, hi = self._range(form)
+            if kind == "==":
+                if lo is not None and hi is not None and lo == hi == 0:
+                    continue
+                if (lo is not None and lo > 0) or (hi is not None and hi < 0):
+                    return False
+                verdict = None
+            else:
+                if lo is not None and lo >= 0:
+                    continue
+                if hi is not None and hi < 0:
+                    return False
+                verdict = None
+        return verdict
 
     # -- building -------------------------------------------------------
     def with_rows(self, rows: Iterable[Row]) -> "Facts":
@@ -258,6 +319,8 @@ class Facts:
             return infeasible(self._all_rows(negs))
         if isinstance(cond, Not):
             return self.refutes(cond.part)
+        if isinstance(cond, Compare) and self._quick(cond) is True:
+            return True
         negated = _negated_rows(cond, self.atoms)
         if negated is None:
             return False
@@ -271,6 +334,8 @@ class Facts:
             return all(self.refutes(p) for p in cond.parts)
         if isinstance(cond, Not):
             return self.implies(cond.part)
+        if isinstance(cond, Compare) and self._quick(cond) is False:
+            return True
         rows, rest = split_convex(cond, self.atoms)
         if rows and infeasible(self._all_rows(rows)):
             return True
