@@ -242,7 +242,10 @@ class _Simplifier:
         # a single point: substitute it
         for cand in lo:
             if inner.implies(Compare("==", v, cand)):
-                return self.expr(substitute(e.body, {e.var: cand}), facts)
+                # the range is {cand} when it is not empty: keep that condition
+                cond = make_and([Compare("<=", b, cand) for b in lo if b != cand] + [Compare("<=", cand, b) for b in hi])
+                sub = substitute(e.body, {e.var: cand})
+                return self.expr(Where(cond, sub, ZERO) if cond is not None else sub, facts)
         # a Kronecker delta on the summation index
         body = e.body
         if isinstance(body, Where) and is_zero(body.other):
