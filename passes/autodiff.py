@@ -42,6 +42,7 @@ from tcc.ir.expr import (
     all_names,
     fresh_name,
     is_one,
+    is_zero,
     postorder,
 )
 from tcc.ir.index import Affine, And, Compare, negate
@@ -68,10 +69,19 @@ class AutoDiff(Pass):
 
 
 def _mul(a: Expr, b: Expr) -> Expr:
+    """Product that keeps guards outermost: ``where(c, x, 0) * y`` is ``where(c, x * y, 0)``.
+
+    A guard at the top of an adjoint is what sum-liberation can turn into
+    range constraints, so it must not get buried inside products.
+    """
     if is_one(a):
         return b
     if is_one(b):
         return a
+    if isinstance(a, Where) and is_zero(a.other):
+        return Where(a.cond, _mul(a.then, b), ZERO)
+    if isinstance(b, Where) and is_zero(b.other):
+        return Where(b.cond, _mul(a, b.then), ZERO)
     return Binary("*", a, b)
 
 

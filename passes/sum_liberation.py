@@ -75,7 +75,12 @@ def _liberate(e: Expr, bound: set[str]) -> _Delta | None:
             inner.guards = rest + inner.guards
             return inner
         if _is_delta_cond(e.cond, bound):
-            return _Delta([], convex, [e.then], rest)
+            then = e.then
+            # guards directly under the delta bound the same sum: absorb them too
+            while isinstance(then, Where) and is_zero(then.other):
+                more_convex, more_rest = _split(then.cond)
+                convex, rest, then = convex + more_convex, rest + more_rest, then.then
+            return _Delta([], convex, [then], rest)
         return None
     if isinstance(e, Binary) and e.op == "*":
         left = _liberate(e.lhs, bound)
