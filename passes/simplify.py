@@ -37,8 +37,8 @@ from tcc.ir.expr import (
     rebuild,
     substitute,
 )
-from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and, negate
-from tcc.ir.polyhedra import Facts, definition_facts, program_facts
+from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_and, negate
+from tcc.ir.polyhedra import Facts, definition_facts, program_facts, rewrite_indices
 from tcc.ir.program import Program
 from tcc.pass_base import Level, Pass, PassContext
 
@@ -79,6 +79,31 @@ def _const_binary(op: str, a: int | float, b: int | float) -> Expr | None:
     return Const(r)
 
 
+def _merge_constant_factors(n: Binary) -> Expr:
+    """``x * 3 * 2 * y`` -> ``x * 6 * y``: multiply the constants of a left-nested product chain."""
+    factors: list[Expr] = []
+    node: Expr = n
+    while isinstance(node, Binary) and node.op == "*":
+        factors.append(node.rhs)
+        node = node.lhs
+    factors.append(node)
+    factors.reverse()
+    consts = [i for i, f in enumerate(factors) if isinstance(f, Const)]
+    if len(consts) < 2:
+        return n
+    value: int | float = 1
+    for i in consts:
+        value = value * factors[i].value  # type: ignore[union-attr]
+    if isinstance(value, float) and not math.isfinite(value):
+        return n
+    kept = [f for i, f in enumerate(factors) if i not in consts[1:]]
+    kept[consts[0]] = Const(value)
+    out = kept[0]
+    for f in kept[1:]:
+        out = Binary("*", out, f)
+    return fold(out)
+
+
 def fold(n: Expr) -> Expr:
     if isinstance(n, Unary):
         u = n.operand
@@ -108,6 +133,9 @@ def fold(n: Expr) -> Expr:
         elif op == "*":
             if is_zero(a) or is_zero(b):
                 return ZERO
+            merged = _merge_constant_factors(n)
+            if merged is not n:
+                return merged
             if is_one(a):
                 return b
             if is_one(b):
@@ -139,6 +167,42 @@ def fold(n: Expr) -> Expr:
             return ZERO
         return n
     return n
+
+
+def _use_divisibility(e: Expr, cond: Cond) -> Expr:
+    """Under a guard ``x % d == 0`` rewrite ``d*k*(x // d)`` to ``k*x`` and ``x % d`` to 0.
+
+    index-solve writes the integral solution of ``A·α = β`` as ``β // s`` under
+    ``β % s == 0``; substituted back, indices like ``x[2*(b // 2)]`` are just
+    ``x[b]`` where the guard holds.
+    """
+    divisible: list[tuple[Affine, int]] = []
+    for p in conjuncts(cond):
+        if isinstance(p, Compare) and p.op == "==":
+            diff = p.lhs - p.rhs
+            if len(diff.terms) == 1 and diff.const == 0 and isinstance(diff.terms[0][0], Mod):
+                m = diff.terms[0][0]
+                divisible.append((m.num, m.den))
+    if not divisible:
+        return e
+
+    def rewrite(a: Affine) -> Affine:
+        out = Affine.constant(a.const)
+        for atom, c in a.terms:
+            done = False
+            for num, d in divisible:
+                if isinstance(atom, FloorDiv) and atom.num == num and atom.den == d and c % d == 0:
+                    out = out + num * (c // d)
+                    done = True
+                elif isinstance(atom, Mod) and atom.num == num and atom.den == d:
+                    done = True
+                if done:
+                    break
+            if not done:
+                out = out + Affine.of([(atom, c)])
+        return out
+
+    return rewrite_indices(e, rewrite)
 
 
 def fold_all(e: Expr) -> Expr:
@@ -200,6 +264,11 @@ class _Simplifier:
             if facts.refutes(p):
                 return False
             parts.append(p)
+        # drop conjuncts that the others imply (x >= 1 and x - 1 >= 1 -> x - 1 >= 1)
+        for p in list(parts):
+            others = [q for q in parts if q is not p]
+            if others and facts.with_cond(make_and(others)).implies(p):
+                parts.remove(p)
         out = make_and(parts)
         if out is None:
             return True
@@ -214,7 +283,7 @@ class _Simplifier:
                 return self.expr(e.then, facts)
             if c is False:
                 return self.expr(e.other, facts)
-            then = self.expr(e.then, facts.with_cond(c))
+            then = self.expr(_use_divisibility(e.then, c), facts.with_cond(c))
             other = self.expr(e.other, facts.with_cond(negate(c)))
             return fold(Where(c, then, other))
         if isinstance(e, Sum):
