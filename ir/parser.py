@@ -264,6 +264,9 @@ class Parser:
             self.expect(")")
             return Unary(word, arg)
         self.name()  # reports reserved words
+        if self.peek().is_op("("):
+            known = ", ".join(UNARY_FUNCTIONS)
+            raise self.error(f"unknown function '{word}' (functions: {known})", tok)
         indices: tuple[Affine, ...] = ()
         if self.peek().is_op("["):
             indices = self.index_list()

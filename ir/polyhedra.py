@@ -159,8 +159,29 @@ def infeasible(rows: Sequence[Row]) -> bool:
     return result
 
 
+def _implicit_equalities(rows: list[Row]) -> list[Row]:
+    """``f >= 0`` together with ``-f >= 0`` is ``f == 0``: substituting it keeps integrality.
+
+    Fourier–Motzkin over the rationals loses the integer rounding of an atom
+    like ``(v + 2) // 3`` when ``v`` is pinned by two inequalities (an extent-1
+    range); as an equality ``v`` is substituted away first.
+    """
+    ineqs = {f for f, k in rows if k == ">="}
+    out: list[Row] = []
+    done: set = set()
+    for f, k in rows:
+        if k == ">=" and -f in ineqs:
+            key = f if str(f) < str(-f) else -f
+            if key not in done:
+                done.add(key)
+                out.append((key, "=="))
+            continue
+        out.append((f, k))
+    return out
+
+
 def _infeasible(rows: list[Row]) -> bool:
-    reduced = _substitute_equalities(rows)
+    reduced = _substitute_equalities(_implicit_equalities(rows))
     if reduced is None:
         return True
     ineqs: list[Linear] = []
