@@ -559,11 +559,6 @@ def test_simplify_single_point_sum_may_be_empty():
     np.testing.assert_array_equal(evaluate(program, {"x": x})["g"], [1, 2, 3, 4, 0, 0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bounds prover relaxes floor division over the rationals: it cannot prove "
-    "df[dx_0 - 2*((dx_0 + 2) // 3), ...] in bounds for dx_0 in 0..0, so the printed derivative does not run",
-)
 def test_guarded_rank_deficient_single_element():
     # found by test_autodiff_properties.py::test_rank_deficient_2d
     src = "input x[1], y[1, 1]\noutput f[1, 1]\nf[i, j] = where(i <= j, exp(x[i + 2*j]), y[i, j])\n"

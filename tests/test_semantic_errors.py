@@ -251,14 +251,12 @@ def test_good_program_still_works(capsys, tmp_path):
     assert out.splitlines()[1] == "output dx[4]"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an unknown function name is reported as \"expected end of line but found '('\" at the parenthesis",
-)
 def test_unknown_function(capsys, tmp_path):
     text = "input x[4]\nf[i] = foo(x[i])\n"
     code, out, err, path = run_cli(capsys, tmp_path, text, "--of", "f", "--wrt", "x")
     assert code == 1
-    first = err.splitlines()[0]
-    assert first.startswith(f"{path}:2:8: error: ")
-    assert "'foo'" in first
+    assert err == expected(
+        path, text, 2, 8,
+        "unknown function 'foo' (functions: exp, log, sqrt, sin, cos, tan, asin, acos, atan, sinh, cosh, tanh, "
+        "abs, sign, relu, sigmoid)",
+    )
