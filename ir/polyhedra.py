@@ -146,6 +146,11 @@ def _substitute_equalities(rows: list[Row]) -> list[Row] | None:
     return rows
 
 
+def clear_cache() -> None:
+    """Forget memoised proofs (benchmarks measure derivation without earlier runs' proofs)."""
+    _CACHE.clear()
+
+
 def infeasible(rows: Sequence[Row]) -> bool:
     """True if no integer point satisfies all rows (proved by Fourier–Motzkin)."""
     key = frozenset(rows)
@@ -272,7 +277,7 @@ class Facts:
                 hi = None if hi is None or slo is None else hi + c * slo
         return lo, hi
 
-    def _quick(self, cond: Compare) -> bool | None:
+    def decide_quickly(self, cond: Compare) -> bool | None:
         """True/False if single-symbol intervals already decide ``cond``, else None."""
         rows = compare_rows(cond, self.atoms)
         if rows is None or any(not set(f.symbols()) <= set(self._intervals()) for f, _ in rows):
@@ -340,7 +345,7 @@ class Facts:
             return infeasible(self._all_rows(negs))
         if isinstance(cond, Not):
             return self.refutes(cond.part)
-        if isinstance(cond, Compare) and self._quick(cond) is True:
+        if isinstance(cond, Compare) and self.decide_quickly(cond) is True:
             return True
         negated = _negated_rows(cond, self.atoms)
         if negated is None:
@@ -355,7 +360,7 @@ class Facts:
             return all(self.refutes(p) for p in cond.parts)
         if isinstance(cond, Not):
             return self.implies(cond.part)
-        if isinstance(cond, Compare) and self._quick(cond) is False:
+        if isinstance(cond, Compare) and self.decide_quickly(cond) is False:
             return True
         rows, rest = split_convex(cond, self.atoms)
         if rows and infeasible(self._all_rows(rows)):

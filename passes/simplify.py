@@ -303,13 +303,17 @@ class _Simplifier:
         if not e.has_range:
             return fold(Sum(e.var, e.lo, e.hi, self.expr(e.body, facts)))
         inner = facts.with_range(e.var, e.lo, e.hi)
-        if not inner.consistent():
+        # cheap interval tests first: most ranges are plainly non-empty and wider than a point
+        pairs = [(lo_, hi_) for lo_ in e.lo for hi_ in e.hi]
+        nonempty = all(facts.decide_quickly(Compare("<=", a, b)) is True for a, b in pairs)
+        wide = all(facts.decide_quickly(Compare("<", a, b)) is True for a, b in pairs)
+        if not nonempty and not inner.consistent():
             return ZERO
         lo = self.prune_bounds(e.lo, facts, lower=True)
         hi = self.prune_bounds(e.hi, facts, lower=False)
         v = Affine.var(e.var)
         # a single point: substitute it
-        for cand in lo:
+        for cand in () if wide else lo:
             if inner.implies(Compare("==", v, cand)):
                 # the range is {cand} when it is not empty: keep that condition
                 cond = make_and([Compare("<=", b, cand) for b in lo if b != cand] + [Compare("<=", cand, b) for b in hi])
