@@ -268,6 +268,13 @@ def delta_term(h: Definition, access: Access, chain: list[tuple[Expr, Expr]], in
 
 
 def differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
+    try:
+        return _differentiate(program, of, wrt)
+    except TccError as exc:
+        raise exc.located(None, program.source)
+
+
+def _differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
     if not of:
         raise TccError("autodiff needs the definition to differentiate: autodiff{of=NAME wrt=X,Y}")
     if not wrt:
