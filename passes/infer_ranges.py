@@ -44,6 +44,10 @@ class InferRanges(Pass):
             prove_in_bounds(current, new, sizes)
             defs.append(new)
             current = current.with_definitions(defs + list(program.definitions[len(defs):]))
+        # Without output declarations every definition is a result; say so, so that
+        # the printed program (which now fixes all extents) keeps that meaning.
+        if not current.outputs:
+            current = current.replace(outputs=current.results())
         return current
 
 
