@@ -125,6 +125,8 @@ def fold(n: Expr) -> Expr:
                 return b
             if is_zero(b):
                 return a
+            if a is b:  # hash-consed: the same subexpression twice (e.g. d(x*x)/dx)
+                return Binary("*", Const(2), a)
         elif op == "-":
             if is_zero(b):
                 return a
