@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 from typing import Iterable, Sequence
 
-from .expr import CSum, Expr, Sum, Where, ZERO, transform, Access
+from .expr import CSum, Expr, Sum, Where, ZERO, transform, Access, fresh_name
 from .fourier_motzkin import Constraint, eliminate
 from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts, make_and
 from .linear import Linear
@@ -487,7 +487,7 @@ def eliminate_var_atoms(node: CSum, taken: set[str]) -> CSum:
                 if set(atom.num.names()) & own:
                     fd = FloorDiv(atom.num, atom.den)
                     if fd not in found:
-                        name = _fresh(f"{node.vars[0]}_q", taken)
+                        name = fresh_name(f"{node.vars[0]}_q", taken)
                         taken.add(name)
                         found[fd] = name
 
@@ -521,15 +521,6 @@ def eliminate_var_atoms(node: CSum, taken: set[str]) -> CSum:
         new_cons.append(Compare("<=", e, Affine.var(q) * fd.den + (fd.den - 1)))
     body = rewrite_indices(node.body, rewrite)
     return CSum(tuple(found.values()) + node.vars, tuple(new_cons), body)
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    if base not in taken:
-        return base
-    k = 2
-    while f"{base}{k}" in taken:
-        k += 1
-    return f"{base}{k}"
 
 
 def _compares(c: Cond) -> list[Compare]:

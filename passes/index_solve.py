@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, rebuild, substitute
+from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, substitute, transform
 from tcc.ir.index import Affine, Compare, Cond, compare, conjuncts, make_and
 from tcc.ir.polyhedra import eliminate_var_atoms
 from tcc.ir.program import Program
@@ -131,21 +131,8 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
 
 
 def solve(e: Expr, prefix: str, taken: set[str]) -> Expr:
-    memo: dict[int, Expr] = {}
-
-    def visit(n: Expr) -> Expr:
-        hit = memo.get(id(n))
-        if hit is not None:
-            return hit
-        kids = n.children()
-        new = tuple(visit(k) for k in kids)
-        out = rebuild(n, new) if new != kids else n
-        if isinstance(out, CSum):
-            out = solve_csum(out, prefix, taken)
-        memo[id(n)] = out
-        return out
-
-    return visit(e)
+    """Solve every constrained sum of ``e``, innermost first."""
+    return transform(e, lambda n: solve_csum(n, prefix, taken) if isinstance(n, CSum) else n)
 
 
 @dataclass(frozen=True)

@@ -11,28 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tcc.diagnostics import TccError
-from tcc.ir.expr import CSum, Expr, all_names, rebuild
+from tcc.ir.expr import CSum, Expr, all_names, transform
 from tcc.ir.polyhedra import UnboundedSum, csum_to_sums
 from tcc.ir.program import Program
 from tcc.pass_base import Level, Pass, PassContext
 
 
 def bound_sums(e: Expr, taken: set[str]) -> Expr:
-    memo: dict[int, Expr] = {}
-
-    def visit(n: Expr) -> Expr:
-        hit = memo.get(id(n))
-        if hit is not None:
-            return hit
-        kids = n.children()
-        new = tuple(visit(k) for k in kids)
-        out = rebuild(n, new) if new != kids else n
-        if isinstance(out, CSum):
-            out = csum_to_sums(out, taken | set(all_names(out)))
-        memo[id(n)] = out
-        return out
-
-    return visit(e)
+    """Bound every constrained sum of ``e``, innermost first."""
+    return transform(e, lambda n: csum_to_sums(n, taken | set(all_names(n))) if isinstance(n, CSum) else n)
 
 
 @dataclass(frozen=True)
