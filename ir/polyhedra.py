@@ -65,10 +65,7 @@ class AtomTable:
 
     def to_affine(self, form: Linear) -> tuple[Affine, int]:
         """An integral ``Affine`` and a positive multiplier ``m`` with ``form = affine / m``."""
-        denoms = [c.denominator for _, c in form.terms] + [form.const.denominator]
-        m = 1
-        for d in denoms:
-            m = m * d // math.gcd(m, d)
+        m = _common_denominator([c for _, c in form.terms] + [form.const])
         terms = []
         for sym, c in form.terms:
             v = int(c * m)
@@ -79,7 +76,14 @@ class AtomTable:
         return Affine.of(terms, int(form.const * m)), m
 
 
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+def _common_denominator(values: Iterable[Fraction]) -> int:
+    """The least common multiple of the denominators: scales a rational row to integers."""
+    m = 1
+    for v in values:
+        m = m * v.denominator // math.gcd(m, v.denominator)
+    return m
+
+
 
 
 def compare_rows(c: Compare, atoms: AtomTable) -> list[Row] | None:
@@ -217,10 +221,7 @@ def _infeasible(rows: list[Row]) -> bool:
     for f in ineqs:
         if f.is_constant():
             continue
-        denoms = [c.denominator for _, c in f.terms] + [f.const.denominator]
-        m = 1
-        for d in denoms:
-            m = m * d // math.gcd(m, d)
+        m = _common_denominator([c for _, c in f.terms] + [f.const])
         cons.append(Constraint(tuple(int(f.coeff(s) * m) for s in order), Linear.const_(-f.const * m)))
     try:
         proj = eliminate(cons, len(order))
@@ -420,10 +421,7 @@ def _rows_to_constraints(rows: Sequence[Row], variables: Sequence[str]) -> list[
                 coeffs[index[s]] = c
             else:
                 rest = rest + Linear.symbol(s) * c
-        denoms = [c.denominator for c in coeffs] + [c.denominator for _, c in rest.terms] + [rest.const.denominator]
-        m = 1
-        for d in denoms:
-            m = m * d // math.gcd(m, d)
+        m = _common_denominator(coeffs + [c for _, c in rest.terms] + [rest.const])
         ints = tuple(int(c * m) for c in coeffs)
         # coeffs.x + rest >= 0  ->  coeffs.x >= -rest
         cons.append(Constraint(ints, -rest * m))
