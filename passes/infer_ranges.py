@@ -20,7 +20,7 @@ from typing import Sequence
 
 from tcc.diagnostics import TccError
 from tcc.ir.expr import CSum, Expr, Sum
-from tcc.ir.index import Affine, format_affine
+from tcc.ir.index import Affine, FloorDiv, format_affine
 from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
@@ -94,47 +94,20 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
             extents = program.extents_of(use.access.tensor)
             if extents is None:
                 continue
-            for dim, (ix, ext) in enumerate(zip(use.access.indices, extents)):
-                keys = {}
-                ok = True
-                for atom, _c in ix.terms:
-                    if not isinstance(atom, str):
-                        ok = False
-                        break
-                    keys[atom] = resolve(atom, use.scopes)
-                if not ok:
+            for ix, ext in zip(use.access.indices, extents):
+                found = _constrain(ix, ext, use.scopes, resolve, known_range, base, sizes)
+                if found is None:
                     continue
-                unknown = [n for n, k in keys.items() if k is not None and known_range(k) is None]
-                if len(unknown) != 1:
-                    continue
-                var = unknown[0]
-                key = keys[var]
-                if isinstance(key, tuple):
-                    continue  # CSum variables are bounded by their constraints
-                coeff = ix.coeff(var)
-                rest = ix - Affine.var(var, coeff)
-                facts = base
-                for n, k in keys.items():
-                    if n != var and k is not None:
-                        lo, hi = known_range(k)
-                        facts = facts.with_range(n, lo, hi)
-                rng = expression_range(facts, rest, list(sizes))
-                if rng is None:
-                    continue
-                rlo, rhi = rng
-                if not rlo or not rhi:
-                    continue
+                key, new_lows, new_highs = found
                 lows, highs, why = progress.setdefault(key, ([], [], []))
-                # 0 <= coeff*var + rest <= ext - 1 for every value of rest
-                rest_max = _tightest(rhi, base, upper=True)
-                rest_min = _tightest(rlo, base, upper=False)
-                if coeff > 0:
-                    highs.append(_floor_div(ext - 1 - rest_max, coeff))
-                    lows.append(_ceil_div(-rest_min, coeff))
-                else:
-                    highs.append(_floor_div(rest_min, -coeff))
-                    lows.append(_ceil_div(rest_max - (ext - 1), -coeff))
+                lows.extend(new_lows)
+                highs.extend(new_highs)
                 why.append(str(use.access))
+        if not progress:
+            break
+        progress = {
+            k: v for k, v in progress.items() if v[1] and (isinstance(k, str) or v[0])
+        }  # a left-hand index needs an upper bound, a sum index both bounds
         if not progress:
             break
         for key, (lows, highs, why) in progress.items():
@@ -184,8 +157,96 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
     body = rebuild(d.body)
     extents = d.extents
     if extents is None:
-        extents = tuple(lhs_known[i][1][0] + 1 for i in d.indices)
+        extents = tuple(_extent(lhs_known[i][1][0]) for i in d.indices)
     return Definition(d.name, d.indices, body, extents, d.loc)
+
+
+def _constrain(
+    ix: Affine,
+    ext: Affine,
+    scopes: tuple,
+    resolve,  # noqa: ANN001 - name -> key
+    known_range,  # noqa: ANN001 - key -> (lo, hi) or None
+    base: Facts,
+    sizes: Sequence[str],
+) -> tuple[object, list[Affine], list[Affine]] | None:
+    """Bounds on the one unknown index that keep ``0 <= ix <= ext - 1``.
+
+    The index may depend on the unknown directly (``x[i + k]``) or through the
+    range of a summation index (``sum[k: 0..i](x[k])``): Fourier–Motzkin with
+    the unknown as a parameter gives the extreme values of ``ix`` as affine
+    functions of it, which are then solved for the unknown.
+    """
+    collected: dict[str, object] = {}
+    stack = list(ix.names())
+    while stack:
+        name = stack.pop()
+        if name in collected:
+            continue
+        key = resolve(name, scopes)
+        if key is None:
+            continue  # a size
+        collected[name] = key
+        rng = known_range(key)
+        if rng is not None:
+            for b in rng[0] + rng[1]:
+                stack.extend(b.names())
+    unknown = [n for n, k in collected.items() if known_range(k) is None]
+    if len(unknown) != 1 or isinstance(collected[unknown[0]], tuple):
+        return None  # nothing to learn, or a CSum variable (bounded by its constraints)
+    var = unknown[0]
+    facts = base
+    for name, key in collected.items():
+        if name != var:
+            lo, hi = known_range(key)
+            facts = facts.with_range(name, lo, hi)
+    if isinstance(collected[var], str):
+        facts = facts.with_range(var, [Affine.constant(0)], [])  # left-hand indices start at 0
+    rng = expression_range(facts, ix, list(sizes) + [var])
+    if rng is None:
+        return None
+    lows: list[Affine] = []
+    highs: list[Affine] = []
+    try:
+        if rng[1]:  # max(ix) <= ext - 1
+            _solve(_tightest(rng[1], facts, upper=True), var, ext - 1, True, lows, highs)
+        if rng[0]:  # min(ix) >= 0
+            _solve(_tightest(rng[0], facts, upper=False), var, Affine.constant(0), False, lows, highs)
+    except TccError:
+        return None  # bounds that cannot be ordered: this access teaches nothing
+    if not lows and not highs:
+        return None
+    return collected[var], lows, highs
+
+
+def _solve(t: Affine, var: str, bound: Affine, le: bool, lows: list[Affine], highs: list[Affine]) -> None:
+    """Bounds on ``var`` equivalent to ``t <= bound`` (``le``) or ``t >= bound``.
+
+    ``t`` is affine in ``var`` or ``num // m + c`` with ``num`` affine in it (the
+    form Fourier–Motzkin's floor/ceil bounds take); anything else teaches nothing.
+    """
+    a = t.coeff(var)
+    rest = t - Affine.var(var, a)
+    if var not in rest.names():
+        if a == 0:
+            return
+        # a*var <= bound - rest  (or >=)
+        if (a > 0) == le:
+            highs.append(_floor_div(bound - rest, abs(a)) if a > 0 else _floor_div(rest - bound, -a))
+        else:
+            lows.append(_ceil_div(bound - rest, a) if a > 0 else _ceil_div(rest - bound, -a))
+        return
+    atoms = [(x, c) for x, c in t.terms if not isinstance(x, str)]
+    if len(atoms) != 1 or atoms[0][1] != 1 or not isinstance(atoms[0][0], FloorDiv):
+        return
+    fd = atoms[0][0]
+    c0 = t - Affine.atom(fd)
+    if var in c0.names():
+        return
+    # num // m <= B  <=>  num <= m*B + m - 1;   num // m >= B  <=>  num >= m*B
+    m = fd.den
+    limit = (bound - c0) * m + (m - 1) if le else (bound - c0) * m
+    _solve(fd.num, var, limit, le, lows, highs)
 
 
 def _tightest(
@@ -218,6 +279,15 @@ def _tightest(
         d.loc,
         program.source,
     )
+
+
+def _extent(hi: Affine) -> Affine:
+    """``hi + 1``, folded into a floor division when there is one: ``(n - 2) // 2 + 1`` is ``n // 2``."""
+    atoms = [(x, c) for x, c in hi.terms if isinstance(x, FloorDiv)]
+    if len(atoms) == 1 and atoms[0][1] == 1:
+        fd = atoms[0][0]
+        return hi - Affine.atom(fd) + (fd.num + fd.den).floordiv(fd.den)
+    return hi + 1
 
 
 def _floor_div(a: Affine, c: int) -> Affine:
