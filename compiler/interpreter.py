@@ -252,7 +252,7 @@ class _Evaluator:
     def lower_csum(self, node: CSum) -> Expr:
         hit = self.csums.get(id(node))
         if hit is None:
-            from tcc.ir.polyhedra import csum_to_sums  # the polyhedral lowering owns CSum semantics
+            from tcc.ir.constrained_sums import csum_to_sums  # the polyhedral lowering owns CSum semantics
 
             hit = (node, csum_to_sums(node))
             self.csums[id(node)] = hit

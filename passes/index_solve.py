@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, substitute, transform
 from tcc.ir.index import Affine, Compare, Cond, compare, conjuncts, make_and
-from tcc.ir.polyhedra import eliminate_var_atoms
+from tcc.ir.constrained_sums import eliminate_var_atoms
 from tcc.ir.program import Program
 from tcc.ir.smith import solve_integer_system
 from tcc.pass_base import Level, Pass, PassContext

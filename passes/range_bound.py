@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tcc.diagnostics import TccError
 from tcc.ir.expr import CSum, Expr, all_names, transform
-from tcc.ir.polyhedra import UnboundedSum, csum_to_sums
+from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.program import Program
 from tcc.pass_base import Level, Pass, PassContext
 

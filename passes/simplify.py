@@ -38,7 +38,8 @@ from tcc.ir.expr import (
     substitute,
 )
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_and, negate
-from tcc.ir.polyhedra import Facts, definition_facts, program_facts, rewrite_indices
+from tcc.ir.constrained_sums import rewrite_indices
+from tcc.ir.polyhedra import Facts, definition_facts, program_facts
 from tcc.ir.program import Program
 from tcc.pass_base import Level, Pass, PassContext
 
