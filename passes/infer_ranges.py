@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from tcc.diagnostics import TccError
-from tcc.ir.expr import CSum, Expr, Sum
-from tcc.ir.index import Affine, FloorDiv, format_affine
+from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
+from tcc.ir.expr import CSum, Expr, Sum, postorder
+from tcc.ir.index import Affine, Compare, Cond, FloorDiv, format_affine
 from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
@@ -55,8 +56,10 @@ class InferRanges(Pass):
 
 
 def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> Definition:
-    unknown_sums = [u for u in _unranged_sums(d.body)]
-    if d.extents is not None and not unknown_sums:
+    unknown_sums = _unranged_sums(d.body)
+    csums = [n for n in postorder(d.body) if isinstance(n, CSum)]
+    bounded_csums = {id(n): n for n in csums if _is_bounded(n)}
+    if d.extents is not None and not unknown_sums and len(bounded_csums) == len(csums):
         return d
     base = program_facts(sizes)
     # known ranges: name/sum-node -> (lo, hi) lists of affine expressions in sizes
@@ -67,8 +70,13 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
     sum_known: dict[int, tuple[tuple[Affine, ...], tuple[Affine, ...]]] = {}
     for s in _ranged_sums(d.body):
         sum_known[id(s)] = (s.lo, s.hi)
+    # a constrained sum whose own constraints bound its variables is "known" through them;
+    # the variables of an unbounded one get box ranges inferred like sum[k]
+    csum_known: dict[tuple, tuple[tuple[Affine, ...], tuple[Affine, ...]]] = {}
+    pending_csum_vars = {("csum", id(n), v): n for n in csums if id(n) not in bounded_csums for v in n.vars}
     pending_lhs = [i for i in d.indices if i not in lhs_known]
-    pending_sums = {id(s): s for s in unknown_sums}
+    pending_sums: dict[object, Expr] = {id(s): s for s in unknown_sums}
+    pending_sums.update(pending_csum_vars)
     all_uses = list(uses(d.body))
 
     def resolve(name: str, scopes: tuple) -> object:
@@ -81,12 +89,14 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
             return name
         return None  # size
 
-    def known_range(key: object):  # noqa: ANN202
+    def known_range(key: object):  # noqa: ANN202 - a (lo, hi) range, a bounded CSum, or None
         if isinstance(key, str):
             return lhs_known.get(key)
         if isinstance(key, int):
             return sum_known.get(key)
-        return None
+        if key in csum_known:
+            return csum_known[key]
+        return bounded_csums.get(key[1])
 
     while pending_lhs or pending_sums:
         progress: dict[object, tuple[list[Affine], list[Affine], list[str]]] = {}
@@ -117,9 +127,10 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
                 pending_lhs.remove(key)
             else:
                 s = pending_sums.pop(key)
-                lo = _tightest(lows, base, upper=False, what=f"the range of sum index '{s.var}'", why=why, d=d, program=program)
-                hi = _tightest(highs, base, upper=True, what=f"the range of sum index '{s.var}'", why=why, d=d, program=program)
-                sum_known[key] = ((lo,), (hi,))
+                var = key[2] if isinstance(key, tuple) else s.var
+                lo = _tightest(lows, base, upper=False, what=f"the range of sum index '{var}'", why=why, d=d, program=program)
+                hi = _tightest(highs, base, upper=True, what=f"the range of sum index '{var}'", why=why, d=d, program=program)
+                (csum_known if isinstance(key, tuple) else sum_known)[key] = ((lo,), (hi,))
     if pending_lhs:
         i = pending_lhs[0]
         raise TccError(
@@ -128,7 +139,14 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
             program.source,
         )
     if pending_sums:
-        s = next(iter(pending_sums.values()))
+        key, s = next(iter(pending_sums.items()))
+        if isinstance(key, tuple):
+            raise TccError(
+                f"cannot infer the range of sum index '{key[2]}': neither the constraints of the sum"
+                f" nor an access bound it; add bounds such as 0 <= {key[2]} to the constraints",
+                program.loc_of(s) or d.loc,
+                program.source,
+            )
         raise TccError(
             f"cannot infer the range of sum index '{s.var}': no access bounds it; write sum[{s.var}: lo..hi]",
             program.loc_of(s) or d.loc,
@@ -145,6 +163,12 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
         if isinstance(e, Sum):
             lo, hi = (e.lo, e.hi) if e.has_range else sum_known[id(e)]
             out: Expr = Sum(e.var, tuple(lo), tuple(hi), rebuild(e.body))
+        elif isinstance(e, CSum) and id(e) not in bounded_csums:
+            extra: list[Cond] = []
+            for v in e.vars:
+                (lo,), (hi,) = csum_known[("csum", id(e), v)]
+                extra += [Compare("<=", lo, Affine.var(v)), Compare("<=", Affine.var(v), hi)]
+            out = CSum(e.vars, e.constraints + tuple(extra), rebuild(e.body))
         else:
             from tcc.ir.expr import rebuild as rebuild_node
 
@@ -188,18 +212,25 @@ def _constrain(
             continue  # a size
         collected[name] = key
         rng = known_range(key)
-        if rng is not None:
+        if isinstance(rng, CSum):
+            stack.extend(n for c in rng.constraints for n in c.names())
+        elif rng is not None:
             for b in rng[0] + rng[1]:
                 stack.extend(b.names())
     unknown = [n for n, k in collected.items() if known_range(k) is None]
-    if len(unknown) != 1 or isinstance(collected[unknown[0]], tuple):
-        return None  # nothing to learn, or a CSum variable (bounded by its constraints)
+    if len(unknown) != 1:
+        return None
     var = unknown[0]
     facts = base
     for name, key in collected.items():
-        if name != var:
-            lo, hi = known_range(key)
-            facts = facts.with_range(name, lo, hi)
+        if name == var:
+            continue
+        rng = known_range(key)
+        if isinstance(rng, CSum):
+            for c in rng.constraints:
+                facts = facts.with_cond(c)
+        else:
+            facts = facts.with_range(name, rng[0], rng[1])
     if isinstance(collected[var], str):
         facts = facts.with_range(var, [Affine.constant(0)], [])  # left-hand indices start at 0
     rng = expression_range(facts, ix, list(sizes) + [var])
@@ -279,6 +310,15 @@ def _tightest(
         d.loc,
         program.source,
     )
+
+
+def _is_bounded(node: CSum) -> bool:
+    """Do the sum's own constraints bound every variable (for all values of the others)?"""
+    try:
+        csum_to_sums(node)
+    except UnboundedSum:
+        return False
+    return True
 
 
 def _extent(hi: Affine) -> Affine:

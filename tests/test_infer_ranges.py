@@ -108,3 +108,34 @@ def test_guards_are_facts_for_the_bounds_proof():
     src = "input x[n]\noutput f[n]\nf[i] = where(i >= 1, x[i - 1], 0)\n"
     program = tcc.compile(src, "infer-ranges")
     np.testing.assert_allclose(tcc.run(program, {"x": np.arange(1.0, 5.0)})["f"], [0, 1, 2, 3])
+
+
+def test_unbounded_constrained_sum_gets_box_ranges_from_accesses():
+    src = "input x[n], A[n, n]\nu = sum[i, j | i < j](A[i, j] * x[i] * x[j])\n"
+    text = inferred(src)
+    assert "u = sum[i, j | i < j, 0 <= i, i <= n - 1, 0 <= j, j <= n - 1](A[i, j] * x[i] * x[j])" in text
+    rng = np.random.default_rng(3)
+    x, A = rng.random(6), rng.random((6, 6))
+    want = sum(A[i, j] * x[i] * x[j] for i in range(6) for j in range(i + 1, 6))
+    np.testing.assert_allclose(tcc.run(tcc.parse(src), {"x": x, "A": A})["u"], want)
+    # its gradient splits the triangle into two gathers, and dA keeps the strict triangle
+    g = str(tcc.grad(src, of="u", wrt=["x", "A"]))
+    assert "sum[dx_z0: 0..dx_0 - 1]" in g and "sum[dx_z0: dx_0 + 1..n - 1]" in g
+    assert "dA[dA_0, dA_1] = where(dA_0 < dA_1, " in g
+    assert all(r.ok for r in tcc.check(src, "u", ["x", "A"]))
+
+
+def test_bounded_constrained_sum_is_left_alone_and_bounds_other_indices():
+    src = "input x[n]\nf[p] = sum[i | 0 <= i, i <= 2](x[p + i])\n"
+    text = inferred(src)
+    assert "output f[n - 2]" in text
+    assert "sum[i | 0 <= i, i <= 2](x[i + p])" in text
+
+
+def test_constrained_sum_index_that_nothing_bounds():
+    with pytest.raises(TccError) as info:
+        tcc.compile("input x[n]\noutput f[n]\nf[p] = sum[i | i >= p](x[p])\n", "infer-ranges")
+    assert info.value.message == (
+        "cannot infer the range of sum index 'i': neither the constraints of the sum nor an access"
+        " bound it; add bounds such as 0 <= i to the constraints"
+    )
