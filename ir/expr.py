@@ -317,56 +317,68 @@ def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
     if not mapping:
         return root
     incoming: set[str] = {n for a in mapping.values() for n in a.names()}
-    return _subst(root, dict(mapping), incoming, {})
+    return _Substitution(incoming).run(root, dict(mapping))
 
 
-def _subst(node: Expr, mapping: dict[str, Affine], incoming: set[str], memo: dict) -> Expr:
-    key = (id(node), tuple(sorted((k, str(v)) for k, v in mapping.items())))
-    hit = memo.get(key)
-    if hit is not None:
+class _Substitution:
+    """One substitution; memoised per (node, mapping) since inner sums narrow the mapping."""
+
+    def __init__(self, incoming: set[str]) -> None:
+        self.incoming = incoming
+        self.memo: dict[tuple[int, frozenset], Expr] = {}
+
+    def run(self, node: Expr, mapping: dict[str, Affine]) -> Expr:
+        return self.visit(node, mapping, frozenset(mapping.items()))
+
+    def visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
+        hit = self.memo.get((id(node), key))
+        if hit is None:
+            hit = self._visit(node, mapping, key)
+            self.memo[(id(node), key)] = hit
         return hit
-    result: Expr
-    if isinstance(node, Const):
-        result = node
-    elif isinstance(node, Access):
-        result = Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))
-    elif isinstance(node, Unary):
-        result = Unary(node.op, _subst(node.operand, mapping, incoming, memo))
-    elif isinstance(node, Binary):
-        result = Binary(node.op, _subst(node.lhs, mapping, incoming, memo), _subst(node.rhs, mapping, incoming, memo))
-    elif isinstance(node, Where):
-        result = Where(
-            node.cond.substitute(mapping),
-            _subst(node.then, mapping, incoming, memo),
-            _subst(node.other, mapping, incoming, memo),
-        )
-    elif isinstance(node, (Sum, CSum)):
-        bv = bound_vars(node)
-        inner = {k: v for k, v in mapping.items() if k not in bv}
-        renames: dict[str, Affine] = {}
-        taken = set(incoming) | set(all_names(node)) | set(inner)
-        for v in bv:
-            if v in incoming:
+
+    def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
+        if isinstance(node, Const):
+            return node
+        if isinstance(node, Access):
+            return Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))
+        if isinstance(node, Where):
+            return Where(
+                node.cond.substitute(mapping),
+                self.visit(node.then, mapping, key),
+                self.visit(node.other, mapping, key),
+            )
+        if isinstance(node, (Unary, Binary)):
+            return rebuild(node, tuple(self.visit(c, mapping, key) for c in node.children()))
+        if not isinstance(node, (Sum, CSum)):  # pragma: no cover - exhaustive
+            raise TypeError(node)
+        bound = bound_vars(node)
+        body_map = {k: v for k, v in mapping.items() if k not in bound}
+        captured = [v for v in bound if v in self.incoming]
+        if captured:
+            # a bound variable that appears in a substituted expression must be renamed
+            taken = set(self.incoming) | set(all_names(node)) | set(body_map)
+            for v in captured:
                 fresh = fresh_name(v, taken)
                 taken.add(fresh)
-                renames[v] = Affine.var(fresh)
-        body_map = {**inner, **renames}
-        body = _subst(node.children()[0], body_map, incoming | {a.terms[0][0] for a in renames.values()}, memo) if body_map else node.children()[0]
+                body_map[v] = Affine.var(fresh)
+                self.incoming.add(fresh)
+        renamed = {v: str(body_map[v].terms[0][0]) if v in captured else v for v in bound}
+        body = node.children()[0]
+        if body_map:
+            body = self.run(body, body_map)
         if isinstance(node, Sum):
-            new_var = str(renames[node.var].terms[0][0]) if node.var in renames else node.var
-            result = Sum(
-                new_var,
+            return Sum(
+                renamed[node.var],
                 tuple(b.substitute(mapping) for b in node.lo),
                 tuple(b.substitute(mapping) for b in node.hi),
                 body,
             )
-        else:
-            new_vars = tuple(str(renames[v].terms[0][0]) if v in renames else v for v in node.vars)
-            result = CSum(new_vars, tuple(c.substitute(body_map) for c in node.constraints), body)
-    else:  # pragma: no cover - exhaustive
-        raise TypeError(node)
-    memo[key] = result
-    return result
+        return CSum(
+            tuple(renamed[v] for v in node.vars),
+            tuple(c.substitute(body_map) for c in node.constraints),
+            body,
+        )
 
 
 def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:

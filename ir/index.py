@@ -296,45 +296,43 @@ class Compare(Cond):
     def difference(self) -> Affine:
         return self.lhs - self.rhs
 
-    __str__ = Cond.__str__
 
 
 @dataclass(frozen=True)
-class And(Cond):
+class _Junction(Cond):
+    """``and`` / ``or`` of several parts; subclasses name the operator."""
+
     parts: tuple[Cond, ...]
 
     def names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(n for p in self.parts for n in p.names()))
 
     def substitute(self, mapping: Mapping[str, Affine]) -> Cond:
-        return And(tuple(p.substitute(mapping) for p in self.parts))
+        return type(self)(tuple(p.substitute(mapping) for p in self.parts))
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         out = self.parts[0].evaluate(env)
         for p in self.parts[1:]:
-            out = out & p.evaluate(env)
+            out = self._combine(out, p.evaluate(env))
         return out
 
-    __str__ = Cond.__str__
+    @staticmethod
+    def _combine(a: Any, b: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class Or(Cond):
-    parts: tuple[Cond, ...]
+class And(_Junction):
+    @staticmethod
+    def _combine(a: Any, b: Any) -> Any:
+        return a & b
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(n for p in self.parts for n in p.names()))
 
-    def substitute(self, mapping: Mapping[str, Affine]) -> Cond:
-        return Or(tuple(p.substitute(mapping) for p in self.parts))
-
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        out = self.parts[0].evaluate(env)
-        for p in self.parts[1:]:
-            out = out | p.evaluate(env)
-        return out
-
-    __str__ = Cond.__str__
+@dataclass(frozen=True)
+class Or(_Junction):
+    @staticmethod
+    def _combine(a: Any, b: Any) -> Any:
+        return a | b
 
 
 @dataclass(frozen=True)
@@ -351,7 +349,6 @@ class Not(Cond):
         v = self.part.evaluate(env)
         return ~v if hasattr(v, "dtype") else (not v)
 
-    __str__ = Cond.__str__
 
 
 def conjuncts(c: Cond) -> tuple[Cond, ...]:

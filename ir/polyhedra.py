@@ -333,16 +333,11 @@ class Facts:
         if isinstance(cond, And):
             return all(self.implies(p) for p in cond.parts)
         if isinstance(cond, Or):
-            # not(a or b) = not a and not b: need both negations to be convex
-            negs: list[Row] = []
-            for p in cond.parts:
-                r = _negated_rows(p, self.atoms)
-                if r is None:
-                    return any(self.implies(q) for q in cond.parts)
-                if len(r) != 1:
-                    return any(self.implies(q) for q in cond.parts)
-                negs.extend(r[0])
-            return infeasible(self._all_rows(negs))
+            # not(a or b) = not a and not b: one FM call when every negation is convex
+            negs = [_negated_rows(p, self.atoms) for p in cond.parts]
+            if all(r is not None and len(r) == 1 for r in negs):
+                return infeasible(self._all_rows([row for r in negs for row in r[0]]))  # type: ignore[index]
+            return any(self.implies(q) for q in cond.parts)
         if isinstance(cond, Not):
             return self.refutes(cond.part)
         if isinstance(cond, Compare) and self.decide_quickly(cond) is True:

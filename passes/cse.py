@@ -154,6 +154,25 @@ def _rewrite_checked(program: Program, body: Expr, replace: dict[int, Expr], fac
     return visit(body, facts)
 
 
+def _replace_nodes(body: Expr, replace: dict[int, Expr]) -> Expr:
+    """``body`` with the given nodes replaced (replacements are not entered)."""
+    memo: dict[int, Expr] = {}
+
+    def visit(e: Expr) -> Expr:
+        r = replace.get(id(e))
+        if r is not None:
+            return r
+        hit = memo.get(id(e))
+        if hit is None:
+            kids = e.children()
+            new = tuple(visit(k) for k in kids)
+            hit = rebuild(e, new) if new != kids else e
+            memo[id(e)] = hit
+        return hit
+
+    return visit(body)
+
+
 def introduce_temporaries(program: Program) -> Program:
     sizes = program.sizes()
     taken: dict[str, None] = dict.fromkeys(program.tensor_names())
@@ -199,20 +218,7 @@ def introduce_temporaries(program: Program) -> Program:
             out.append(Definition(name, tuple(fv), n, ext))
             replace[id(n)] = Access(name, tuple(Affine.var(i) for i in fv))
 
-        def visit(e: Expr, memo2: dict[int, Expr] = {}) -> Expr:  # noqa: B006 - local memo
-            r = replace.get(id(e))
-            if r is not None:
-                return r
-            hit = memo2.get(id(e))
-            if hit is not None:
-                return hit
-            kids = e.children()
-            new = tuple(visit(k, memo2) for k in kids)
-            res = rebuild(e, new) if new != kids else e
-            memo2[id(e)] = res
-            return res
-
-        out.append(d.with_body(visit(d.body, {})))
+        out.append(d.with_body(_replace_nodes(d.body, replace)))
     return program.with_definitions(out)
 
 

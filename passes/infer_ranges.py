@@ -20,7 +20,7 @@ from typing import Sequence
 
 from tcc.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import CSum, Expr, Sum, postorder
+from tcc.ir.expr import CSum, Expr, Sum, postorder, rebuild
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, format_affine
 from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
@@ -153,32 +153,30 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
             program.source,
         )
 
-    # rebuild sums with their ranges (top-down because bodies change identity)
+    # fill in the ranges, keyed by the original nodes (so top-down: rebuilt nodes have new ids)
     memo: dict[int, Expr] = {}
 
-    def rebuild(e: Expr) -> Expr:
+    def fill(e: Expr) -> Expr:
         hit = memo.get(id(e))
         if hit is not None:
             return hit
         if isinstance(e, Sum):
             lo, hi = (e.lo, e.hi) if e.has_range else sum_known[id(e)]
-            out: Expr = Sum(e.var, tuple(lo), tuple(hi), rebuild(e.body))
+            out: Expr = Sum(e.var, tuple(lo), tuple(hi), fill(e.body))
         elif isinstance(e, CSum) and id(e) not in bounded_csums:
             extra: list[Cond] = []
             for v in e.vars:
                 (lo,), (hi,) = csum_known[("csum", id(e), v)]
                 extra += [Compare("<=", lo, Affine.var(v)), Compare("<=", Affine.var(v), hi)]
-            out = CSum(e.vars, e.constraints + tuple(extra), rebuild(e.body))
+            out = CSum(e.vars, e.constraints + tuple(extra), fill(e.body))
         else:
-            from tcc.ir.expr import rebuild as rebuild_node
-
             kids = e.children()
-            new = tuple(rebuild(k) for k in kids)
-            out = rebuild_node(e, new) if new != kids else e
+            new = tuple(fill(k) for k in kids)
+            out = rebuild(e, new) if new != kids else e
         memo[id(e)] = out
         return out
 
-    body = rebuild(d.body)
+    body = fill(d.body)
     extents = d.extents
     if extents is None:
         extents = tuple(_extent(lhs_known[i][1][0]) for i in d.indices)

@@ -318,10 +318,7 @@ class _Simplifier:
         # a single point: substitute it
         for cand in () if wide else lo:
             if inner.implies(Compare("==", v, cand)):
-                # the range is {cand} when it is not empty: keep that condition
-                cond = make_and([Compare("<=", b, cand) for b in lo if b != cand] + [Compare("<=", cand, b) for b in hi])
-                sub = substitute(e.body, {e.var: cand})
-                return self.expr(Where(cond, sub, ZERO) if cond is not None else sub, facts)
+                return self.at_point(e.var, e.body, cand, [], lo, hi, facts)
         # a Kronecker delta on the summation index
         body = e.body
         if isinstance(body, Where) and is_zero(body.other):
@@ -333,17 +330,20 @@ class _Simplifier:
                 if abs(c) != 1 or e.var in (diff - Affine.var(e.var, c)).names():
                     continue
                 point = (Affine.var(e.var, c) - diff) * c  # k = point
-                rest = [p for p in conjuncts(body.cond) if p is not part]
-                cond = make_and(
-                    [Compare("<=", b, point) for b in lo] + [Compare("<=", point, b) for b in hi] + rest
-                )
-                sub = substitute(body.then, {e.var: point})
-                if cond is not None:
-                    cond = cond.substitute({e.var: point})
-                    return self.expr(Where(cond, sub, ZERO), facts)
-                return self.expr(sub, facts)
+                rest = [p.substitute({e.var: point}) for p in conjuncts(body.cond) if p is not part]
+                return self.at_point(e.var, body.then, point, rest, lo, hi, facts)
         new_body = self.expr(body, inner)
         return fold(Sum(e.var, lo, hi, new_body))
+
+    def at_point(
+        self, var: str, body: Expr, point: Affine, extra: list[Cond], lo: tuple[Affine, ...], hi: tuple[Affine, ...], facts: Facts
+    ) -> Expr:
+        """A sum whose only possible point is ``point``: the body there, if the range holds it."""
+        cond = make_and(
+            [Compare("<=", b, point) for b in lo if b != point] + [Compare("<=", point, b) for b in hi if b != point] + extra
+        )
+        sub = substitute(body, {var: point})
+        return self.expr(Where(cond, sub, ZERO) if cond is not None else sub, facts)
 
     def prune_bounds(self, bounds: tuple[Affine, ...], facts: Facts, lower: bool) -> tuple[Affine, ...]:
         """Drop candidates of a max (lower) / min (upper) that another candidate dominates."""
