@@ -90,6 +90,16 @@ class Program:
                 out.update(dict.fromkeys(e.names()))
         return tuple(out)
 
+    def names_in_use(self) -> set[str]:
+        """Every tensor, size and index name, bound or free: what a fresh name must avoid."""
+        from .expr import all_names
+
+        names = set(self.tensor_names()) | set(self.sizes())
+        for d in self.definitions:
+            names.update(d.indices)
+            names.update(all_names(d.body))
+        return names
+
     def results(self) -> tuple[str, ...]:
         """The definitions a caller wants: the declared outputs, or every definition if none is declared."""
         return self.outputs if self.outputs else tuple(d.name for d in self.definitions)

@@ -39,7 +39,6 @@ from tcc.ir.expr import (
     Unary,
     Where,
     accessed_tensors,
-    all_names,
     fresh_name,
     is_one,
     is_zero,
@@ -308,17 +307,12 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
             influenced.add(d.name)
     relevant = [d for d in program.definitions if d.name in needed and d.name in influenced]
 
-    taken: dict[str, None] = dict.fromkeys(program.tensor_names())
-    taken.update(dict.fromkeys(program.sizes()))
-    index_names: set[str] = set(taken)
-    for d in program.definitions:
-        index_names.update(d.indices)
-        index_names.update(all_names(d.body))
+    # one namespace: a new tensor must not take the name of an index either
+    taken = program.names_in_use()
 
     def allocate(base: str) -> str:
         name = fresh_name(base, taken)
-        taken[name] = None
-        index_names.add(name)
+        taken.add(name)
         return name
 
     adjoint: dict[str, str] = {of: allocate("d" + of)}
@@ -347,9 +341,7 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
         ext = extents_of(t)
         beta = []
         for k in range(len(ext)):
-            b = fresh_name(f"{name}_{k}", index_names)
-            index_names.add(b)
-            beta.append(b)
+            beta.append(allocate(f"{name}_{k}"))
         body: Expr | None = None
         for h, acc, chain, inner in terms[t]:
             body = _add(body, delta_term(h, acc, chain, inner, beta))

@@ -142,9 +142,6 @@ class IndexSolve(Pass):
     summary = "solve the index equations of constrained sums: Smith normal form -> I, K, C (sec. 4.1)"
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        taken: set[str] = set(program.tensor_names()) | set(program.sizes())
-        for d in program.definitions:
-            taken.update(d.indices)
-            taken.update(all_names(d.body))
+        taken = program.names_in_use()
         defs = [d.with_body(solve(d.body, d.name, taken)) for d in program.definitions]
         return program.with_definitions(defs)

@@ -29,11 +29,11 @@ class RangeBound(Pass):
     summary = "turn constrained sums into nested sums with max/min bounds (Fourier-Motzkin, eq. 45)"
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        taken: set[str] = set(program.tensor_names()) | set(program.sizes())
+        taken = program.names_in_use()
         defs = []
         for d in program.definitions:
             try:
-                defs.append(d.with_body(bound_sums(d.body, taken | set(d.indices))))
+                defs.append(d.with_body(bound_sums(d.body, taken)))
             except UnboundedSum as exc:
                 raise TccError(f"in '{d.name}': {exc}", d.loc, program.source) from None
         return program.with_definitions(defs)

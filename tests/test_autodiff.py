@@ -491,6 +491,13 @@ class TestNaming:
         assert "dx[i] = x[i]**2" in g
         assert_check(src, "f", ["x"])
 
+    def test_an_index_named_like_the_gradient(self):
+        # names share one namespace: the gradient cannot be called dx when dx is an index
+        src = "input x[4]\nf[dx] = x[dx]**2\n"
+        g = grad_text(src, "f", ["x"])
+        assert decl(g, "output") == "output dx2[4]"
+        assert_check(src, "f", ["x"])
+
     def test_both_taken(self):
         src = "input x[4], dx[4], df[4]\nf[i] = x[i] * dx[i] + df[i]\n"
         g = grad_text(src, "f", ["x", "dx", "df"])
