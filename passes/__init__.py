@@ -30,4 +30,5 @@ BUILTIN_PASSES: dict[str, str] = {
     "range-bound": "tcc.passes.range_bound:RangeBound",
     "simplify": "tcc.passes.simplify:Simplify",
     "cse": "tcc.passes.cse:CSE",
+    "lower-loops": "tcc.passes.lower_loops:LowerLoops",
 }
