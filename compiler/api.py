@@ -4,7 +4,9 @@
     p = tcc.parse("examples/urban.tcc")
     dp = tcc.grad(p, of="f", wrt=["a", "d"])
     print(dp)                                  # a program in the tcc language
-    values = tcc.run(dp, {"a": a, "b": b, "c": c, "d": d, "df": seed})
+    values = tcc.run(dp, {"a": a, "b": b, "c": c, "d": d, "df": seed})   # interpreter
+    f = tcc.compile(dp)                        # native code (llvmlite)
+    values = f(a=a, b=b, c=c, d=d, df=seed)
     for r in tcc.check(p, "f", ["a", "d"]):
         print(r)
 """
@@ -19,7 +21,7 @@ import numpy as np
 from tcc.diagnostics import TccError
 from tcc.pass_base import Pass, PassContext
 
-__all__ = ["parse", "read_source", "grad", "run", "check", "compile"]
+__all__ = ["parse", "read_source", "grad", "transform", "compile", "run", "check"]
 
 
 def read_source(path: str | os.PathLike) -> tuple[str, str]:
@@ -93,16 +95,40 @@ def grad(
     return run_pipeline(program, pipeline, instruments=instruments)
 
 
-def compile(
+def transform(
     program_or_text: Any,
     passes: str | Sequence[Pass] = "infer-ranges",
     instruments: Sequence[Any] = (),
     ctx: PassContext | None = None,
 ) -> Any:
-    """Run a pipeline (default ``infer-ranges``) and return its result."""
+    """Run a pipeline (default ``infer-ranges``) and return its result (any IR level)."""
     from tcc.pipeline import run_pipeline
 
     return run_pipeline(_program(program_or_text), passes, ctx=ctx, instruments=instruments)
+
+
+def compile(
+    program_or_text: Any,
+    target: str = "cpu",
+    *,
+    dtype: Any = "float64",
+    passes: str | Sequence[Pass] | None = None,
+    threads: int | None = None,
+    instruments: Sequence[Any] = (),
+) -> Any:
+    """Compile a program to native code; returns a callable :class:`tcc.runtime.CompiledProgram`.
+
+    ``f = tcc.compile(src); out = f(x=x, w=w)`` takes NumPy arrays by input
+    name and returns a dict with every definition's array.  ``dtype`` is
+    ``float64`` or ``float32``; ``threads`` (default: all cores) splits
+    parallel loops; ``passes`` replaces the L1/L2 part of the pipeline
+    (:data:`tcc.build.DEFAULT_LOOP_PIPELINE`), the lowering is appended.
+    """
+    from tcc.build import build
+
+    return build(
+        _program(program_or_text), target=target, dtype=dtype, passes=passes, threads=threads, instruments=instruments
+    )
 
 
 def run(program: Any, inputs: Mapping[str, Any], dtype: Any = np.float64) -> dict[str, np.ndarray]:

@@ -561,7 +561,7 @@ def test_scalar_input():
 
 def test_simplify_single_point_sum_may_be_empty():
     src = "input x[5]\noutput g[6]\ng[p] = sum[z: max(0, p)..min(3, p)](x[z])\n"
-    program = tcc.compile(src, "infer-ranges,simplify")
+    program = tcc.transform(src, "infer-ranges,simplify")
     x = np.arange(1.0, 6.0)
     np.testing.assert_array_equal(evaluate(program, {"x": x})["g"], [1, 2, 3, 4, 0, 0])
 

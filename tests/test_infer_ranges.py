@@ -13,7 +13,7 @@ from tcc.diagnostics import TccError
 
 
 def inferred(src: str) -> str:
-    return str(tcc.compile(src, "infer-ranges"))
+    return str(tcc.transform(src, "infer-ranges"))
 
 
 @pytest.mark.parametrize(
@@ -47,25 +47,25 @@ def test_inferred_extents(src, lines):
 
 
 def test_running_sum_values():
-    program = tcc.compile("input x[5]\nc[i] = sum[k: 0..i](x[k])\n", "infer-ranges")
+    program = tcc.transform("input x[5]\nc[i] = sum[k: 0..i](x[k])\n", "infer-ranges")
     x = np.arange(1.0, 6.0)
     np.testing.assert_allclose(tcc.run(program, {"x": x})["c"], np.cumsum(x))
 
 
 def test_correlation_values_with_symbolic_sizes():
-    program = tcc.compile("input x[n], w[m]\ny[i] = sum[k](x[i + k] * w[k])\n", "infer-ranges")
+    program = tcc.transform("input x[n], w[m]\ny[i] = sum[k](x[i + k] * w[k])\n", "infer-ranges")
     rng = np.random.default_rng(0)
     x, w = rng.random(10), rng.random(3)
     np.testing.assert_allclose(tcc.run(program, {"x": x, "w": w})["y"], np.correlate(x, w, "valid"))
 
 
 def test_program_without_outputs_declares_all_results():
-    program = tcc.compile("input x[n]\nt[i] = x[i] * 2\nu[i] = t[i] + 1\n", "infer-ranges")
+    program = tcc.transform("input x[n]\nt[i] = x[i] * 2\nu[i] = t[i] + 1\n", "infer-ranges")
     assert program.outputs == ("t", "u")
 
 
 def test_only_the_declared_outputs_are_results():
-    program = tcc.compile("input x[n]\noutput u[n]\nt[i] = x[i] * 2\nu[i] = t[i] + 1\n", "infer-ranges")
+    program = tcc.transform("input x[n]\noutput u[n]\nt[i] = x[i] * 2\nu[i] = t[i] + 1\n", "infer-ranges")
     assert program.outputs == ("u",)
     assert "local t[n]" in str(program)
 
@@ -98,7 +98,7 @@ def test_only_the_declared_outputs_are_results():
 )
 def test_inference_errors(src, message):
     with pytest.raises(TccError) as info:
-        tcc.compile(src, "infer-ranges")
+        tcc.transform(src, "infer-ranges")
     assert info.value.message == message
     assert info.value.loc is not None
 
@@ -106,7 +106,7 @@ def test_inference_errors(src, message):
 def test_guards_are_facts_for_the_bounds_proof():
     # x[i - 1] is only read where i >= 1
     src = "input x[n]\noutput f[n]\nf[i] = where(i >= 1, x[i - 1], 0)\n"
-    program = tcc.compile(src, "infer-ranges")
+    program = tcc.transform(src, "infer-ranges")
     np.testing.assert_allclose(tcc.run(program, {"x": np.arange(1.0, 5.0)})["f"], [0, 1, 2, 3])
 
 
@@ -134,7 +134,7 @@ def test_bounded_constrained_sum_is_left_alone_and_bounds_other_indices():
 
 def test_constrained_sum_index_that_nothing_bounds():
     with pytest.raises(TccError) as info:
-        tcc.compile("input x[n]\noutput f[n]\nf[p] = sum[i | i >= p](x[p])\n", "infer-ranges")
+        tcc.transform("input x[n]\noutput f[n]\nf[p] = sum[i | i >= p](x[p])\n", "infer-ranges")
     assert info.value.message == (
         "cannot infer the range of sum index 'i': neither the constraints of the sum nor an access"
         " bound it; add bounds such as 0 <= i to the constraints"

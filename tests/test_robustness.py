@@ -83,7 +83,7 @@ def programs(draw) -> str:
 def test_pipeline_raises_only_tcc_errors(text):
     try:
         program = tcc.parse(text)
-        inferred = tcc.compile(program, "infer-ranges")
+        inferred = tcc.transform(program, "infer-ranges")
         wrt = [d.name for d in inferred.inputs]
         if wrt:
             tcc.grad(inferred, of=inferred.definitions[0].name, wrt=wrt)

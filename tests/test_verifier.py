@@ -77,7 +77,7 @@ def test_verify_each_accepts_every_step_of_the_grad_pipeline():
 def test_bounds_checked_once_extents_are_known():
     # before infer-ranges f has no extents: structural checks only
     verify(tcc.parse("input x[n]\nf[i] = x[i + 1]\n"))
-    inferred = tcc.compile("input x[n]\noutput f[n]\nf[i] = x[i]\n")
+    inferred = tcc.transform("input x[n]\noutput f[n]\nf[i] = x[i]\n")
     broken = inferred.with_definitions(
         d.with_body(Access("x", (Affine.var("i") + 1,))) for d in inferred.definitions
     )
