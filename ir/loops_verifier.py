@@ -1,0 +1,345 @@
+"""Structural checks of L2 loop programs (:mod:`tcc.ir.loops`).
+
+:func:`verify_loops` is to L2 what :func:`tcc.ir.verifier.verify` is to L1:
+it runs after every L2 pass under ``--verify-each`` (and on parsed ``.loops``
+files), so a pass that builds an ill-formed loop nest is caught where it does.
+
+**Names.** Sizes, buffers, loop variables and scalars (``let`` / ``local``)
+share one namespace: a buffer may not be named like a size, a loop variable or
+scalar like a size or a buffer, a loop variable may not shadow an enclosing
+one, and a scalar may not take the name of an enclosing loop variable or of a
+scalar already defined in the same block.  (A scalar in an inner block may
+shadow one of an outer block.)  Shapes use only sizes; index expressions, loop
+bounds and ``if``/``where`` conditions use only sizes and enclosing loop
+variables.
+
+**Scalars** are visible to the statements after them in their block and to
+those statements' children.  A ``let`` is immutable: it is never the target of
+``=`` or ``+=``.  ``name += v`` / ``name = v`` without indices write a
+``local`` in scope, or else a 0-d buffer.
+
+**Buffers.** Every access names a declared buffer with as many indices as its
+rank; inputs are never written.  Scalar expressions hold no ``Sum``/``CSum``.
+
+**Parallel loops** must be race-free, which is checked conservatively (a
+rejected loop may be fine; an accepted one is).  In ``parallel for v``:
+
+* a ``local`` declared outside the loop is never written inside it;
+* for every buffer written inside the loop there is an index position ``p``
+  at which *every* access to that buffer inside the loop -- writes and reads --
+  has the very same expression, and that expression is ``c*v + rest`` with
+  ``c != 0``, ``v`` not inside a ``//`` or ``%`` atom, and ``rest`` free of the
+  loop variables declared inside the parallel loop.  Such an expression is one
+  to one in ``v`` (``rest`` is fixed while the loop runs), so iteration ``v``
+  only touches elements whose ``p``-th coordinate is its own: no two
+  iterations touch the same element of a written buffer.  Requiring the same
+  expression at ``p`` for all writes is what makes two writes ``y[i]`` and
+  ``y[i + 1]`` a race, as they are.
+
+Errors are :class:`~tcc.diagnostics.TccError` s; when the program came from
+:func:`tcc.ir.loops_parser.parse_loop_program` they carry the location of the
+offending statement or buffer declaration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tcc.diagnostics import TccError
+
+from .expr import Access, CSum, Expr, Sum, Where, postorder
+from .index import Affine, FloorDiv, Mod
+from .loops import ROLES, Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, walk_stmts
+from .program import Loc, SourceMap
+
+__all__ = ["verify_loops"]
+
+
+def verify_loops(program: LoopProgram) -> None:
+    """Raise :class:`TccError` naming the first ill-formed part of ``program``."""
+    _Verifier(program).run()
+
+
+def _ref(name: str, indices: tuple[Affine, ...]) -> str:
+    if not indices:
+        return name
+    return f"{name}[{', '.join(str(i) for i in indices)}]"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+@dataclass
+class _Access:
+    write: bool
+    buffer: str
+    indices: tuple[Affine, ...]
+    inner: frozenset[str]  # loop variables declared inside the parallel loop that enclose the access
+    stmt: Stmt
+
+
+@dataclass
+class _Parallel:
+    """A parallel loop being checked: its variable, depth and what its body touches."""
+
+    var: str
+    depth: int  # index of its variable in the loop-variable stack
+    first_block: int  # index of its body's block in the block stack
+    stmt: For
+    accesses: list[_Access] = field(default_factory=list)
+
+
+class _Verifier:
+    def __init__(self, program: LoopProgram) -> None:
+        self.p = program
+        self.source = program.source if isinstance(program.source, SourceMap) else None
+        self.sizes: set[str] = set()
+        self.buffers: dict[str, Buffer] = {}
+        self.kernel: Kernel | None = None
+        self.stmt: Stmt | None = None  # the statement being checked, for the error location
+        self.loop_vars: list[str] = []
+        self.blocks: list[dict[str, str]] = []  # scalar name -> 'let' / 'local', innermost last
+        self.kernel_scalars: set[str] = set()
+        self.parallel: list[_Parallel] = []
+
+    # -- errors -------------------------------------------------------------
+    def _loc(self, node: object) -> Loc | None:
+        if self.source is None or node is None:
+            return None
+        try:
+            return self.source.nodes.get(node)
+        except TypeError:  # an unhashable field: a malformed node, reported without a location
+            return None
+
+    def error(self, message: str, node: object = None) -> TccError:
+        node = node if node is not None else self.stmt
+        if self.kernel is not None:
+            message = f"in kernel '{self.kernel.name}': {message}"
+        return TccError(message, self._loc(node) or self._loc(self.kernel), self.source)
+
+    # -- program --------------------------------------------------------------
+    def run(self) -> None:
+        p = self.p
+        for s in p.sizes:
+            if s in self.sizes:
+                raise self.error(f"size '{s}' is declared twice")
+            self.sizes.add(s)
+        for b in p.buffers:
+            if b.role not in ROLES:
+                raise self.error(f"buffer '{b.name}' has an unknown role '{b.role}'", b)
+            if b.name in self.buffers:
+                raise self.error(f"buffer '{b.name}' is declared twice", b)
+            if b.name in self.sizes:
+                raise self.error(f"buffer '{b.name}' has the name of a size", b)
+            for extent in b.shape:
+                for n in extent.names():
+                    if n not in self.sizes:
+                        raise self.error(f"shape of buffer '{b.name}' uses '{n}', which is not a size", b)
+            self.buffers[b.name] = b
+        for k in p.kernels:
+            self.kernel = k
+            self.kernel_scalars = {s.name for s in walk_stmts(k.body) if isinstance(s, (Let, Local))}
+            self.block(k.body)
+            self.kernel = None
+
+    # -- statements -------------------------------------------------------------
+    def block(self, body: tuple[Stmt, ...]) -> None:
+        self.blocks.append({})
+        try:
+            for s in body:
+                self.stmt = s
+                self.statement(s)
+        finally:
+            self.blocks.pop()
+
+    def statement(self, s: Stmt) -> None:
+        if isinstance(s, For):
+            self.for_loop(s)
+        elif isinstance(s, (Let, Local)):
+            kind = "let" if isinstance(s, Let) else "local"
+            self.expr(s.value if isinstance(s, Let) else s.init, f"{kind} {s.name}")
+            self.define_scalar(s.name, kind)
+        elif isinstance(s, (Store, Accumulate)):
+            name = s.buffer if isinstance(s, Store) else s.target
+            op = "=" if isinstance(s, Store) else "+="
+            self.expr(s.value, f"{_ref(name, s.indices)} {op} ...")
+            self.write(s, name, s.indices, op)
+        elif isinstance(s, If):
+            self.index_names(s.cond.names(), "the condition of an if")
+            self.block(s.then)
+            self.stmt = s
+            self.block(s.orelse)
+        else:
+            raise self.error(f"not an L2 statement: {type(s).__name__}")
+
+    def for_loop(self, s: For) -> None:
+        v = s.var
+        if v in self.sizes:
+            raise self.error(f"loop variable '{v}' has the name of a size")
+        if v in self.buffers:
+            raise self.error(f"loop variable '{v}' has the name of a buffer")
+        if v in self.loop_vars:
+            raise self.error(f"loop variable '{v}' shadows an enclosing loop variable")
+        if self.scalar(v) is not None:
+            raise self.error(f"loop variable '{v}' has the name of a scalar in scope")
+        for b in s.lo + s.hi:
+            self.index_names(b.names(), f"the bounds of loop '{v}'", own=v)
+        if s.parallel:
+            self.parallel.append(_Parallel(v, len(self.loop_vars), len(self.blocks), s))
+        self.loop_vars.append(v)
+        try:
+            self.block(s.body)
+        finally:
+            self.loop_vars.pop()
+        self.stmt = s
+        if s.parallel:
+            self.check_race(self.parallel.pop())
+
+    def define_scalar(self, name: str, kind: str) -> None:
+        if name in self.sizes:
+            raise self.error(f"scalar '{name}' has the name of a size")
+        if name in self.buffers:
+            raise self.error(f"scalar '{name}' has the name of a buffer")
+        if name in self.loop_vars:
+            raise self.error(f"scalar '{name}' has the name of an enclosing loop variable")
+        if name in self.blocks[-1]:
+            raise self.error(f"scalar '{name}' is already defined in this block")
+        self.blocks[-1][name] = kind
+
+    def scalar(self, name: str) -> tuple[str, int] | None:
+        """The kind of the scalar ``name`` in scope and the index of its block."""
+        for i in range(len(self.blocks) - 1, -1, -1):
+            kind = self.blocks[i].get(name)
+            if kind is not None:
+                return kind, i
+        return None
+
+    # -- names ----------------------------------------------------------------
+    def index_names(self, names: tuple[str, ...], where: str, own: str | None = None) -> None:
+        for n in names:
+            if n in self.sizes or n in self.loop_vars:
+                continue
+            why = ""
+            if n == own:
+                why = " (a loop's bounds cannot use its own variable)"
+            elif n in self.buffers:
+                why = " (it is a buffer)"
+            elif self.scalar(n) is not None:
+                why = " (it is a scalar)"
+            raise self.error(f"'{n}' in {where} is not a size or an enclosing loop variable{why}")
+
+    def not_a_buffer(self, name: str, ref: str) -> TccError:
+        if self.scalar(name) is not None:
+            return self.error(f"scalar '{name}' cannot be indexed: {ref}")
+        if name in self.sizes:
+            return self.error(f"'{name}' is a size, not a buffer: {ref}")
+        if name in self.loop_vars:
+            return self.error(f"'{name}' is a loop variable, not a buffer: {ref}")
+        return self.error(f"undeclared buffer '{name}' in {ref}")
+
+    def unknown_scalar(self, name: str) -> TccError:
+        if name in self.sizes:
+            return self.error(f"'{name}' is a size; sizes can only appear inside [...]")
+        if name in self.loop_vars:
+            return self.error(f"'{name}' is a loop variable; loop variables can only appear inside [...]")
+        if name in self.kernel_scalars:
+            return self.error(f"scalar '{name}' is used outside its scope or before its definition")
+        return self.error(f"undeclared name '{name}'")
+
+    def buffer_access(self, name: str, indices: tuple[Affine, ...], ref: str) -> Buffer:
+        buf = self.buffers.get(name)
+        if buf is None:
+            raise self.not_a_buffer(name, ref) if indices else self.unknown_scalar(name)
+        if len(indices) != buf.rank:
+            raise self.error(
+                f"'{name}' has {_plural(buf.rank, 'dimension', 'dimensions')}"
+                f" but {ref} gives {_plural(len(indices), 'index', 'indices')}"
+            )
+        for ix in indices:
+            self.index_names(ix.names(), f"the index of {ref}")
+        return buf
+
+    # -- expressions and writes -------------------------------------------------
+    def expr(self, e: Expr, label: str) -> None:
+        if not isinstance(e, Expr):
+            raise self.error(f"the value of '{label}' is not an expression: {e!r}")
+        for node in postorder(e):
+            if isinstance(node, (Sum, CSum)):
+                raise self.error(f"sum in the value of '{label}': L2 expressions cannot contain sums")
+            if isinstance(node, Where):
+                self.index_names(node.cond.names(), f"the condition of where({node.cond}, ...)")
+            elif isinstance(node, Access):
+                if not node.indices and self.scalar(node.tensor) is not None:
+                    continue
+                self.buffer_access(node.tensor, node.indices, _ref(node.tensor, node.indices))
+                self.record(False, node.tensor, node.indices)
+
+    def write(self, s: Stmt, name: str, indices: tuple[Affine, ...], op: str) -> None:
+        ref = _ref(name, indices)
+        found = self.scalar(name)
+        if found is not None:
+            kind, block = found
+            if indices:
+                raise self.error(f"scalar '{name}' cannot be indexed: {ref}")
+            if kind == "let":
+                verb = "store to" if op == "=" else "accumulate into"
+                raise self.error(f"cannot {verb} '{name}': it is a 'let' (only a 'local' can change)")
+            for par in self.parallel:
+                if block < par.first_block:
+                    raise self.error(
+                        f"parallel loop '{par.var}' may race: it writes local '{name}', which is declared outside it"
+                    )
+            return
+        buf = self.buffer_access(name, indices, ref)
+        if buf.role == "input":
+            raise self.error(f"cannot write to input '{name}': {ref} {op} ...")
+        self.record(True, name, indices)
+
+    def record(self, write: bool, name: str, indices: tuple[Affine, ...]) -> None:
+        for par in self.parallel:
+            inner = frozenset(self.loop_vars[par.depth + 1:])
+            par.accesses.append(_Access(write, name, indices, inner, self.stmt))
+
+    # -- parallel loops -----------------------------------------------------------
+    def check_race(self, par: _Parallel) -> None:
+        v = par.var
+        by_buffer: dict[str, list[_Access]] = {}
+        for a in par.accesses:
+            by_buffer.setdefault(a.buffer, []).append(a)
+        for name, accesses in by_buffer.items():
+            writes = [a for a in accesses if a.write]
+            if not writes:
+                continue
+            first = writes[0]
+            ref = _ref(name, first.indices)
+            if not first.indices:
+                raise self.error(
+                    f"parallel loop '{v}' may race: every iteration writes the 0-d buffer '{name}'", first.stmt
+                )
+            candidates = [p for p, ix in enumerate(first.indices) if _separates(ix, v, first.inner)]
+            if not candidates:
+                raise self.error(
+                    f"parallel loop '{v}' may race: no index of {ref} is '{v}' times a nonzero constant"
+                    f" plus terms free of '{v}' and of the loop variables inside the loop",
+                    first.stmt,
+                )
+            for a in accesses:
+                candidates = [p for p in candidates if a.indices[p] == first.indices[p]]
+                if not candidates:
+                    other = _ref(name, a.indices)
+                    what = "written" if a.write else "read"
+                    raise self.error(
+                        f"parallel loop '{v}' may race: {ref} is written and {other} {what};"
+                        f" they may touch the same element of '{name}' in different iterations",
+                        a.stmt,
+                    )
+
+
+def _separates(ix: Affine, var: str, inner: frozenset[str]) -> bool:
+    """``ix`` is ``c*var + rest`` with ``c != 0`` and ``rest`` free of ``var`` and of ``inner``."""
+    if ix.coeff(var) == 0:
+        return False
+    for atom in ix.atoms():
+        if isinstance(atom, (FloorDiv, Mod)) and var in atom.num.names():
+            return False
+    return not (set(ix.names()) - {var}) & inner
