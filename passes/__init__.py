@@ -30,5 +30,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "range-bound": "tcc.passes.range_bound:RangeBound",
     "simplify": "tcc.passes.simplify:Simplify",
     "cse": "tcc.passes.cse:CSE",
+    "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
+    "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
 }

@@ -1,0 +1,171 @@
+"""CPU backend: LLVM's new pass manager at O3 with loop and SLP vectorization, then MCJIT.
+
+The code is compiled for the host CPU (its name and feature flags), so it
+uses whatever vector width the machine has, and is not portable to another
+machine -- it never leaves the process.  Math functions that are not LLVM
+intrinsics (``tan``, ``asinf``, ...) are resolved by MCJIT from the process,
+which has libm loaded; :func:`_ensure_libm` loads it explicitly where it is
+not.
+
+The compiled kernels are pure functions of their arguments (no globals, no
+allocation), so they may be called from several threads at once; ctypes
+releases the GIL for the call.  Calls that write the same buffer elements
+concurrently are the caller's business: only the chunks of a kernel's
+parallel loop are guaranteed disjoint.
+
+Errors from LLVM here (a module that fails to verify, a symbol that cannot be
+resolved) are compiler bugs, so they are ``RuntimeError``, not ``TccError``.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+import llvmlite.binding as llvm
+
+from tcc.ir.loops import LoopProgram
+
+from .llvm import LLVMModule
+
+__all__ = [
+    "CpuExecutable",
+    "KernelEntry",
+    "KERNEL_SIGNATURE",
+    "emit_assembly",
+    "host_data_layout",
+    "host_triple",
+    "jit",
+    "optimize",
+    "target_machine",
+]
+
+#: ``void (ptr bufs, ptr sizes, i64 part, i64 nparts)`` as ctypes sees it.
+KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+# LLVM's pass builder and target machine are not documented as thread-safe;
+# compiling is rare and short next to running, so one lock serialises it.
+_LOCK = threading.RLock()
+
+
+@functools.lru_cache(maxsize=None)
+def _initialize() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+
+
+def host_triple() -> str:
+    _initialize()
+    return llvm.get_process_triple()
+
+
+def _new_target_machine() -> llvm.TargetMachine:
+    _initialize()
+    target = llvm.Target.from_triple(host_triple())
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        jit=True,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine() -> llvm.TargetMachine:
+    """The host target machine at opt level 3, one per process (MCJIT engines get their own)."""
+    return _new_target_machine()
+
+
+def host_data_layout() -> str:
+    return str(target_machine().target_data)
+
+
+def _parse(llvm_module: LLVMModule) -> llvm.ModuleRef:
+    """Parse and verify; LLVM's complaint about our IR is a compiler bug."""
+    _initialize()
+    text = str(llvm_module)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise RuntimeError(f"tcc produced invalid LLVM IR (a compiler bug): {exc}") from None
+    return mod
+
+
+def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:
+    """LLVM's standard ``O<level>`` pipeline with loop and SLP vectorization; returns the optimized IR text."""
+    if not 0 <= level <= 3:
+        raise ValueError(f"LLVM optimisation level must be 0..3, not {level}")
+    with _LOCK:
+        mod = _parse(llvm_module)
+        pto = llvm.create_pipeline_tuning_options(speed_level=level)
+        pto.loop_vectorization = level >= 2
+        pto.slp_vectorization = level >= 2
+        pb = llvm.create_pass_builder(target_machine(), pto)
+        pb.getModulePassManager().run(mod, pb)
+        try:
+            mod.verify()
+        except RuntimeError as exc:  # pragma: no cover - LLVM's own bug
+            raise RuntimeError(f"LLVM's optimizer produced invalid IR: {exc}") from None
+        text = str(mod)
+    return replace(llvm_module, module=text)
+
+
+def emit_assembly(llvm_module: LLVMModule) -> str:
+    """Host assembly of the module as it is (optimize it first for the real thing)."""
+    with _LOCK:
+        return target_machine().emit_assembly(_parse(llvm_module))
+
+
+@functools.lru_cache(maxsize=None)
+def _ensure_libm() -> None:
+    if llvm.address_of_symbol("tan") and llvm.address_of_symbol("tanf"):
+        return
+    path = ctypes.util.find_library("m")
+    if path is None:  # pragma: no cover - every supported platform has libm
+        raise RuntimeError("cannot find libm for the math functions of compiled kernels")
+    llvm.load_library_permanently(path)
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One compiled kernel: ``fn(bufs, sizes, part, nparts)``; ``parallel`` if it may be split."""
+
+    name: str
+    symbol: str
+    fn: Any
+    parallel: bool
+
+
+@dataclass(frozen=True, eq=False)
+class CpuExecutable:
+    """Native kernels in kernel order.  Keeps the MCJIT engine (and so the code) alive."""
+
+    kernels: tuple[KernelEntry, ...]
+    program: LoopProgram
+    dtype: str
+    engine: Any
+    llvm_module: LLVMModule
+
+
+def jit(llvm_module: LLVMModule) -> CpuExecutable:
+    """Compile the module to host code with MCJIT (optimize it first: this only runs codegen)."""
+    if llvm_module.target != "cpu":
+        raise ValueError(f"the CPU backend cannot run a module for target '{llvm_module.target}'")
+    _ensure_libm()
+    with _LOCK:
+        mod = _parse(llvm_module)
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+        engine.finalize_object()
+        engine.run_static_constructors()
+        entries = []
+        for kernel, symbol in zip(llvm_module.program.kernels, llvm_module.kernel_symbols):
+            address = engine.get_function_address(symbol)
+            if not address:
+                raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")
+            entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None))
+    return CpuExecutable(tuple(entries), llvm_module.program, llvm_module.dtype, engine, llvm_module)

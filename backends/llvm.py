@@ -1,0 +1,646 @@
+"""L3: one lowering from the L2 loop IR to an llvmlite ``ir.Module``, shared by CPU and GPU.
+
+The kernel ABI
+--------------
+Every kernel becomes one external function::
+
+    void tcc_<index>_<name>(ptr bufs, ptr sizes, i64 part, i64 nparts)
+
+``bufs`` points to one element pointer per ``program.buffers`` entry (in that
+order, which :class:`~tcc.ir.loops.LoopProgram` keeps canonical) and ``sizes``
+to one ``i64`` per ``program.sizes`` entry.  A kernel whose body is a single
+parallel loop runs only chunk ``part`` of ``nparts`` contiguous chunks of that
+loop's range (each ``ceil(count / nparts)`` iterations); any other kernel
+ignores ``part``/``nparts`` and the runtime calls it with ``0, 1``.  One
+fixed signature means the runtime needs no per-kernel ctypes prototypes.
+
+Why each kernel is two functions
+--------------------------------
+The external entry only unpacks the two arrays and calls an internal
+``<symbol>.body`` that takes every buffer as a separate ``noalias`` pointer
+and every size as an ``i64`` value.  The runtime guarantees that different
+buffers never overlap, and ``noalias`` is how LLVM learns it: after inlining,
+the attribute turns into ``alias.scope``/``noalias`` metadata, so the loop
+vectorizer needs no runtime overlap checks.  It also keeps the body free of
+``bufs``/``sizes`` reloads that LLVM could not otherwise hoist across stores.
+
+Semantics that matter for correctness
+-------------------------------------
+* Index arithmetic is ``i64``; ``//`` is floor division and ``%`` the
+  non-negative remainder (divisors are positive constants).
+* ``where`` is lazy: its untaken branch may load out of bounds, so it becomes
+  branches and a phi unless both sides are load- and call-free.
+* Math follows the NumPy reference interpreter (:mod:`tcc.interpreter`):
+  ``sign(0) = 0``, NaN propagates through ``sign`` and ``relu``, ``sigmoid``
+  uses the overflow-free two-sided form.  No fast-math flags, except
+  ``reassoc`` on accumulations when ``fast_reductions`` is asked for (that is
+  what lets LLVM vectorize a floating-point reduction; it changes the
+  summation order and so the rounding).
+* ``x ** c`` with a small integer constant ``c`` is repeated multiplication
+  (a reciprocal for ``c < 0``); other powers call ``pow``.
+
+Everything target-specific (triple, data layout, which math functions are
+LLVM intrinsics and how library math functions are named) lives in
+:class:`Target`, so the CUDA backend can reuse :func:`lower_program`.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping, Union
+
+from llvmlite import ir
+
+from tcc.diagnostics import TccError
+from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
+from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+
+__all__ = ["LLVMModule", "Target", "get_target", "kernel_symbol", "lower_program", "DTYPES", "POW_UNROLL_LIMIT"]
+
+DTYPES = ("float64", "float32")
+
+#: ``x ** c`` with an integer constant ``|c| <= POW_UNROLL_LIMIT`` is multiplied out.
+POW_UNROLL_LIMIT = 16
+
+I1 = ir.IntType(1)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+# ---------------------------------------------------------------------------
+# The result
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class LLVMModule:
+    """An L3 program: the LLVM module plus what the runtime needs to call it.
+
+    ``module`` is an ``llvmlite.ir.Module`` straight from :func:`lower_program`
+    and the textual IR after optimisation (LLVM's own objects cannot be
+    rebuilt into llvmlite's IR builder objects, and text is what the JIT and
+    the PTX emitter parse anyway).  ``str()`` is the IR text.
+    """
+
+    module: Union[ir.Module, str]
+    program: LoopProgram
+    dtype: str
+    target: str
+    kernel_symbols: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return str(self.module)
+
+    @property
+    def text(self) -> str:
+        return str(self.module)
+
+
+# ---------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Everything the lowering needs to know about where the code will run.
+
+    ``intrinsics`` are the math functions emitted as ``llvm.<fn>.<type>``
+    (the backend lowers them to instructions or its own library); the others
+    are calls to ``<math_prefix><fn>`` with ``f`` appended for float32, which
+    is both libm's naming (``tan``/``tanf``) and libdevice's
+    (``__nv_tan``/``__nv_tanf``).  ``abi`` names the kernel entry convention:
+    ``host`` is the ``(bufs, sizes, part, nparts)`` function described in the
+    module docstring.
+    """
+
+    name: str
+    triple: str
+    data_layout: str
+    intrinsics: frozenset[str]
+    math_prefix: str = ""
+    abi: str = "host"
+
+    def math_symbol(self, fn: str, dtype: str) -> str:
+        return self.math_prefix + fn + ("f" if dtype == "float32" else "")
+
+
+# libm/libdevice names of the language's functions where they differ
+_MATH_NAMES = {"abs": "fabs"}
+
+_NVPTX_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+
+
+@functools.lru_cache(maxsize=None)
+def get_target(name: str) -> Target:
+    """The :class:`Target` called ``name`` (``cpu`` is the host)."""
+    if name == "cpu":
+        from tcc.backends import cpu
+
+        return Target(
+            name="cpu",
+            triple=cpu.host_triple(),
+            data_layout=cpu.host_data_layout(),
+            intrinsics=frozenset({"exp", "log", "sqrt", "sin", "cos", "fabs", "pow"}),
+        )
+    if name == "cuda":
+        # NVPTX lowers only these intrinsics; the rest come from libdevice.
+        return Target(
+            name="cuda",
+            triple="nvptx64-nvidia-cuda",
+            data_layout=_NVPTX_LAYOUT,
+            intrinsics=frozenset({"sqrt", "fabs"}),
+            math_prefix="__nv_",
+            abi="grid",
+        )
+    raise TccError(f"unknown target '{name}' (expected cpu or cuda)")
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def kernel_symbol(index: int, kernel: Kernel) -> str:
+    return f"tcc_{index}_{_UNSAFE.sub('_', kernel.name)}"
+
+
+def lower_program(
+    program: LoopProgram,
+    dtype: str = "float64",
+    target: str = "cpu",
+    fast_reductions: bool = False,
+) -> LLVMModule:
+    """Lower every kernel of ``program`` to one LLVM function (see the module docstring).
+
+    Deterministic: the same program and options give byte-identical IR text.
+    Ill-formed L2 (an unbound name, a wrong number of indices) is a
+    :class:`TccError`.
+    """
+    if not isinstance(program, LoopProgram):
+        raise TccError(f"lower-llvm needs a loop program (L2), not {type(program).__name__}; run lower-loops first")
+    if dtype not in DTYPES:
+        raise TccError(f"unsupported element type '{dtype}' (expected float64 or float32)")
+    tgt = get_target(target)
+    if tgt.abi != "host":
+        raise TccError(f"LLVM lowering for target '{target}' is not implemented yet")
+    module = ir.Module(name="tcc")
+    module.triple = tgt.triple
+    module.data_layout = tgt.data_layout
+    elt = ir.DoubleType() if dtype == "float64" else ir.FloatType()
+    symbols = []
+    for index, kernel in enumerate(program.kernels):
+        symbol = kernel_symbol(index, kernel)
+        _KernelLowering(module, program, kernel, symbol, elt, dtype, tgt, fast_reductions).run()
+        symbols.append(symbol)
+    return LLVMModule(module, program, dtype, target, tuple(symbols))
+
+
+# ---------------------------------------------------------------------------
+# Kernel lowering
+# ---------------------------------------------------------------------------
+
+
+class _Memo:
+    """Values already computed for the statement being lowered.
+
+    A stack of scopes: a ``where`` branch pushes one, so nothing computed in
+    a branch is reused after the merge, where it would not dominate.  The
+    memo never outlives a statement, because a later statement may see
+    different memory (a store or accumulation in between).
+    """
+
+    def __init__(self) -> None:
+        self.scopes: list[dict] = [{}]
+
+    def get(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def put(self, key, value) -> None:
+        self.scopes[-1][key] = value
+
+
+# how a scalar name is bound: ("let", value) or ("local", alloca)
+Scalars = Mapping[str, tuple[str, ir.Value]]
+
+
+class _KernelLowering:
+    def __init__(
+        self,
+        module: ir.Module,
+        program: LoopProgram,
+        kernel: Kernel,
+        symbol: str,
+        elt: ir.Type,
+        dtype: str,
+        target: Target,
+        fast_reductions: bool,
+    ) -> None:
+        self.module = module
+        self.program = program
+        self.kernel = kernel
+        self.symbol = symbol
+        self.elt = elt
+        self.dtype = dtype
+        self.target = target
+        self.acc_flags = ("reassoc",) if fast_reductions else ()
+        self.where = f"kernel '{kernel.name}'"
+
+    # -- functions --------------------------------------------------------
+    def run(self) -> None:
+        body = self.build_body()
+        self.build_entry(body)
+
+    def build_entry(self, body: ir.Function) -> None:
+        fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
+        fn = ir.Function(self.module, fnty, self.symbol)
+        for arg, name in zip(fn.args, ("bufs", "sizes", "part", "nparts")):
+            arg.name = name
+        bufs, sizes, part, nparts = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args: list[ir.Value] = []
+        for k, buf in enumerate(self.program.buffers):
+            slot = b.gep(bufs, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
+            args.append(b.load(slot, name=buf.name, typ=PTR))
+        for k, size in enumerate(self.program.sizes):
+            slot = b.gep(sizes, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
+            args.append(b.load(slot, name=size, typ=I64))
+        b.call(body, args + [part, nparts])
+        b.ret_void()
+
+    def build_body(self) -> ir.Function:
+        nb, ns = len(self.program.buffers), len(self.program.sizes)
+        fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * ns + [I64, I64])
+        fn = ir.Function(self.module, fnty, self.symbol + ".body")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("alwaysinline")
+        self.fn = fn
+        self.bufs: dict[str, tuple[ir.Value, int]] = {}
+        for buf, arg in zip(self.program.buffers, fn.args[:nb]):
+            arg.name = fn.scope.deduplicate(buf.name)
+            arg.add_attribute("noalias")
+            self.bufs[buf.name] = (arg, buf.rank)
+        self.sizes: dict[str, ir.Value] = {}
+        for size, arg in zip(self.program.sizes, fn.args[nb : nb + ns]):
+            arg.name = fn.scope.deduplicate(size)
+            self.sizes[size] = arg
+        self.part, self.nparts = fn.args[nb + ns :]
+        self.part.name, self.nparts.name = "part", "nparts"
+
+        # Allocas go in a block of their own so that every Local's alloca is
+        # in the entry block (what mem2reg/SROA promote) whatever comes later.
+        self.allocas = ir.IRBuilder(fn.append_basic_block("entry"))
+        start = fn.append_basic_block("start")
+        self.b = ir.IRBuilder(start)
+        self.memo = _Memo()
+        self.dims: dict[str, list[ir.Value]] = {}
+        for buf in self.program.buffers:
+            self.dims[buf.name] = [self.affine(d, {}) for d in buf.shape[1:]]
+        par = self.kernel.parallel_loop
+        if par is not None:
+            self.lower_for(par, {}, {}, chunked=True)
+        else:
+            self.lower_block(self.kernel.body, {}, {})
+        self.b.ret_void()
+        self.allocas.branch(start)
+        return fn
+
+    # -- statements -------------------------------------------------------
+    def lower_block(self, body: tuple[Stmt, ...], idx: dict[str, ir.Value], scalars: dict) -> None:
+        scalars = dict(scalars)  # names bound inside stay inside
+        for s in body:
+            self.memo = _Memo()
+            if isinstance(s, For):
+                self.lower_for(s, idx, scalars)
+            elif isinstance(s, Let):
+                value = self.expr(s.value, idx, scalars)
+                if isinstance(value, ir.Instruction) and value.name.startswith("."):
+                    value.name = s.name  # an unnamed value: name it after the let, for readable dumps
+                scalars[s.name] = ("let", value)
+            elif isinstance(s, Local):
+                slot = self.allocas.alloca(self.elt, name=s.name)
+                self.b.store(self.expr(s.init, idx, scalars), slot)
+                scalars[s.name] = ("local", slot)
+            elif isinstance(s, Store):
+                value = self.expr(s.value, idx, scalars)
+                self.b.store(value, self.target_address(s.buffer, s.indices, idx, scalars))
+            elif isinstance(s, Accumulate):
+                value = self.expr(s.value, idx, scalars)
+                addr = self.target_address(s.target, s.indices, idx, scalars)
+                old = self.b.load(addr, typ=self.elt)
+                self.b.store(self.b.fadd(old, value, flags=self.acc_flags), addr)
+            elif isinstance(s, If):
+                self.lower_if(s, idx, scalars)
+            else:
+                raise TccError(f"not an L2 statement in {self.where}: {s!r}")
+
+    def lower_for(self, s: For, idx: dict, scalars: dict, chunked: bool = False) -> None:
+        b = self.b
+        lo = self.bound(s.lo, idx, "smax")
+        hi = self.bound(s.hi, idx, "smin")
+        if chunked:
+            lo, hi = self.chunk(lo, hi)
+        guard = b.icmp_signed("<=", lo, hi, name=f"{s.var}.any")
+        pre = self.fn.append_basic_block(f"{s.var}.pre")
+        body = self.fn.append_basic_block(f"{s.var}.body")
+        exit_ = self.fn.append_basic_block(f"{s.var}.exit")
+        b.cbranch(guard, pre, exit_)
+        b.position_at_end(pre)
+        b.branch(body)
+        b.position_at_end(body)
+        iv = b.phi(I64, name=s.var)
+        iv.add_incoming(lo, pre)
+        self.lower_block(s.body, {**idx, s.var: iv}, scalars)
+        nxt = b.add(iv, ir.Constant(I64, 1), name=f"{s.var}.next", flags=("nsw",))
+        more = b.icmp_signed("<=", nxt, hi, name=f"{s.var}.more")
+        iv.add_incoming(nxt, b.block)
+        b.cbranch(more, body, exit_)
+        b.position_at_end(exit_)
+
+    def chunk(self, lo: ir.Value, hi: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Chunk ``part`` of ``nparts`` of ``lo..hi``: ``ceil(count / nparts)`` iterations each."""
+        b = self.b
+        one = ir.Constant(I64, 1)
+        count = b.add(b.sub(hi, lo, flags=("nsw",)), one, flags=("nsw",))
+        count = self.intrinsic_call("llvm.smax", count, ir.Constant(I64, 0))
+        per = b.sdiv(b.sub(b.add(count, self.nparts, flags=("nsw",)), one, flags=("nsw",)), self.nparts, name="chunk")
+        first = b.add(lo, b.mul(self.part, per, flags=("nsw",)), flags=("nsw",), name="first")
+        last = b.sub(b.add(first, per, flags=("nsw",)), one, flags=("nsw",))
+        return first, self.intrinsic_call("llvm.smin", last, hi, name="last")
+
+    def lower_if(self, s: If, idx: dict, scalars: dict) -> None:
+        b = self.b
+        cond = self.cond(s.cond, idx)
+        then = self.fn.append_basic_block("if.then")
+        orelse = self.fn.append_basic_block("if.else") if s.orelse else None
+        merge = self.fn.append_basic_block("if.end")
+        b.cbranch(cond, then, orelse or merge)
+        b.position_at_end(then)
+        self.lower_block(s.then, idx, scalars)
+        b.branch(merge)
+        if orelse is not None:
+            b.position_at_end(orelse)
+            self.lower_block(s.orelse, idx, scalars)
+            b.branch(merge)
+        b.position_at_end(merge)
+
+    def target_address(self, name: str, indices: tuple[Affine, ...], idx: dict, scalars: Scalars) -> ir.Value:
+        """Where a store or accumulation goes: a Local's slot or a buffer element."""
+        if not indices and name in scalars:
+            kind, slot = scalars[name]
+            if kind != "local":
+                raise TccError(f"'{name}' is a let in {self.where} and cannot be assigned")
+            return slot
+        return self.address(name, indices, idx)
+
+    # -- index arithmetic -------------------------------------------------
+    def bound(self, items: tuple[Affine, ...], idx: dict, fn: str) -> ir.Value:
+        value = self.affine(items[0], idx)
+        for a in items[1:]:
+            value = self.intrinsic_call(f"llvm.{fn}", value, self.affine(a, idx))
+        return value
+
+    def intrinsic_call(self, intrinsic: str, *args: ir.Value, name: str = "") -> ir.Value:
+        ty = args[0].type
+        fn = self.module.declare_intrinsic(intrinsic, [ty], ir.FunctionType(ty, [ty] * len(args)))
+        return self.b.call(fn, list(args), name=name)
+
+    def affine(self, a: Affine, idx: Mapping[str, ir.Value]) -> ir.Value:
+        key = ("affine", a)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        b = self.b
+        total: ir.Value | None = None
+        for atom, coeff in a.terms:
+            v = self.atom(atom, idx)
+            if coeff == -1 and total is not None:
+                total = b.sub(total, v, flags=("nsw",))
+                continue
+            if coeff != 1:
+                v = b.mul(v, ir.Constant(I64, coeff), flags=("nsw",))
+            total = v if total is None else b.add(total, v, flags=("nsw",))
+        if total is None:
+            total = ir.Constant(I64, a.const)
+        elif a.const:
+            total = b.add(total, ir.Constant(I64, a.const), flags=("nsw",))
+        self.memo.put(key, total)
+        return total
+
+    def atom(self, atom, idx: Mapping[str, ir.Value]) -> ir.Value:
+        if isinstance(atom, str):
+            v = idx.get(atom)
+            if v is None:
+                v = self.sizes.get(atom)
+            if v is None:
+                raise TccError(f"index name '{atom}' is not bound in {self.where}")
+            return v
+        b = self.b
+        num = self.affine(atom.num, idx)
+        d = atom.den
+        if d <= 0:  # pragma: no cover - Affine.floordiv/mod refuse these
+            raise TccError(f"division by the non-positive constant {d} in {self.where}")
+        pow2 = d & (d - 1) == 0
+        if isinstance(atom, FloorDiv):
+            if pow2:  # an arithmetic shift rounds toward -inf, as floor division must
+                return b.ashr(num, ir.Constant(I64, d.bit_length() - 1))
+            q = b.sdiv(num, ir.Constant(I64, d))
+            r = b.srem(num, ir.Constant(I64, d))
+            neg = b.icmp_signed("<", r, ir.Constant(I64, 0))
+            return b.sub(q, b.zext(neg, I64))
+        if isinstance(atom, Mod):
+            if pow2:  # two's complement: the low bits are the non-negative remainder
+                return b.and_(num, ir.Constant(I64, d - 1))
+            r = b.srem(num, ir.Constant(I64, d))
+            neg = b.icmp_signed("<", r, ir.Constant(I64, 0))
+            return b.select(neg, b.add(r, ir.Constant(I64, d)), r)
+        raise TccError(f"not an index atom in {self.where}: {atom!r}")  # pragma: no cover
+
+    def cond(self, c: Cond, idx: Mapping[str, ir.Value]) -> ir.Value:
+        b = self.b
+        if isinstance(c, Compare):
+            return b.icmp_signed(c.op, self.affine(c.lhs, idx), self.affine(c.rhs, idx))
+        if isinstance(c, (And, Or)):
+            parts = [self.cond(p, idx) for p in c.parts]
+            out = parts[0]
+            for p in parts[1:]:
+                out = b.and_(out, p) if isinstance(c, And) else b.or_(out, p)
+            return out
+        if isinstance(c, Not):
+            return b.not_(self.cond(c.part, idx))
+        raise TccError(f"not an index condition in {self.where}: {c!r}")
+
+    def address(self, name: str, indices: tuple[Affine, ...], idx: Mapping[str, ir.Value]) -> ir.Value:
+        """Row-major element address; a 0-d buffer is its one element."""
+        entry = self.bufs.get(name)
+        if entry is None:
+            raise TccError(f"'{name}' is not a buffer of the program ({self.where})")
+        ptr, rank = entry
+        if len(indices) != rank:
+            raise TccError(f"{self.where} indexes '{name}' with {len(indices)} indices but it has {rank} dimensions")
+        if not indices:
+            return ptr
+        b = self.b
+        lin = self.affine(indices[0], idx)
+        for dim, ix in zip(self.dims[name], indices[1:]):
+            lin = b.add(b.mul(lin, dim, flags=("nsw",)), self.affine(ix, idx), flags=("nsw",))
+        return b.gep(ptr, [lin], inbounds=True, source_etype=self.elt)
+
+    # -- scalar expressions -----------------------------------------------
+    def expr(self, e: Expr, idx: Mapping[str, ir.Value], scalars: Scalars) -> ir.Value:
+        hit = self.memo.get(("expr", id(e)))
+        if hit is not None:
+            return hit
+        value = self._expr(e, idx, scalars)
+        self.memo.put(("expr", id(e)), value)
+        return value
+
+    def const(self, v: float) -> ir.Constant:
+        return ir.Constant(self.elt, float(v))
+
+    def _expr(self, e: Expr, idx: Mapping[str, ir.Value], scalars: Scalars) -> ir.Value:
+        b = self.b
+        if isinstance(e, Const):
+            return self.const(e.value)
+        if isinstance(e, Access):
+            if not e.indices and e.tensor in scalars:
+                kind, v = scalars[e.tensor]
+                return v if kind == "let" else b.load(v, typ=self.elt)
+            return b.load(self.address(e.tensor, e.indices, idx), typ=self.elt)
+        if isinstance(e, Unary):
+            return self.unary(e.op, self.expr(e.operand, idx, scalars))
+        if isinstance(e, Binary):
+            return self.binary(e, idx, scalars)
+        if isinstance(e, Where):
+            return self.where_(e, idx, scalars)
+        if isinstance(e, (Sum, CSum)):
+            raise TccError(f"{self.where} still holds a sum; L2 expressions have none (run lower-loops)")
+        raise TccError(f"cannot lower {type(e).__name__} in {self.where}")
+
+    def binary(self, e: Binary, idx: Mapping[str, ir.Value], scalars: Scalars) -> ir.Value:
+        b = self.b
+        lhs = self.expr(e.lhs, idx, scalars)
+        if e.op == "**":
+            n = _small_int(e.rhs)
+            if n is not None:
+                return self.int_power(lhs, n)
+            return self.math("pow", lhs, self.expr(e.rhs, idx, scalars))
+        rhs = self.expr(e.rhs, idx, scalars)
+        op = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}.get(e.op)
+        if op is None:
+            raise TccError(f"unknown operator '{e.op}' in {self.where}")
+        return op(lhs, rhs)
+
+    def int_power(self, x: ir.Value, n: int) -> ir.Value:
+        """``x ** n`` by squaring and multiplying; ``1 / x ** -n`` for negative n."""
+        b = self.b
+        k = abs(n)
+        result: ir.Value | None = None
+        base = x
+        while k:
+            if k & 1:
+                result = base if result is None else b.fmul(result, base)
+            k >>= 1
+            if k:
+                base = b.fmul(base, base)
+        if result is None:
+            return self.const(1.0)
+        return b.fdiv(self.const(1.0), result) if n < 0 else result
+
+    def unary(self, op: str, x: ir.Value) -> ir.Value:
+        b = self.b
+        zero, one = self.const(0.0), self.const(1.0)
+        if op == "neg":
+            return b.fneg(x)
+        if op == "abs":
+            return self.math("fabs", x)
+        if op == "sign":
+            neg = b.select(b.fcmp_ordered("<", x, zero), self.const(-1.0), x)
+            return b.select(b.fcmp_ordered(">", x, zero), one, neg)
+        if op == "relu":  # NaN stays NaN, as np.maximum(x, 0) keeps it
+            return b.select(b.fcmp_ordered("<", x, zero), zero, x)
+        if op == "sigmoid":  # exp(-|x|) never overflows; the interpreter's form
+            e = self.math("exp", b.fneg(self.math("fabs", x)))
+            d = b.fadd(one, e)
+            return b.select(b.fcmp_ordered(">=", x, zero), b.fdiv(one, d), b.fdiv(e, d))
+        if op in ("exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh"):
+            return self.math(op, x)
+        raise TccError(f"unknown function '{op}' in {self.where}")
+
+    def math(self, fn: str, *args: ir.Value) -> ir.Value:
+        """A math function: an LLVM intrinsic where the target has one, else the library's."""
+        fn = _MATH_NAMES.get(fn, fn)
+        fnty = ir.FunctionType(self.elt, [self.elt] * len(args))
+        if fn in self.target.intrinsics:
+            callee = self.module.declare_intrinsic(f"llvm.{fn}", [self.elt], fnty)
+        else:
+            symbol = self.target.math_symbol(fn, self.dtype)
+            callee = self.module.globals.get(symbol)
+            if callee is None:
+                callee = ir.Function(self.module, fnty, symbol)
+        return self.b.call(callee, list(args))
+
+    def where_(self, e: Where, idx: Mapping[str, ir.Value], scalars: Scalars) -> ir.Value:
+        b = self.b
+        cond = self.cond(e.cond, idx)
+        if _speculatable(e.then, scalars) and _speculatable(e.other, scalars):
+            return b.select(cond, self.expr(e.then, idx, scalars), self.expr(e.other, idx, scalars))
+        then = self.fn.append_basic_block("where.then")
+        other = self.fn.append_basic_block("where.else")
+        merge = self.fn.append_basic_block("where.end")
+        b.cbranch(cond, then, other)
+        values = []
+        for block, branch in ((then, e.then), (other, e.other)):
+            b.position_at_end(block)
+            self.memo.scopes.append({})
+            values.append((self.expr(branch, idx, scalars), b.block))
+            self.memo.scopes.pop()
+            b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(self.elt)
+        for value, block in values:
+            phi.add_incoming(value, block)
+        return phi
+
+
+# Unary operations that lower to plain instructions (or intrinsics that are
+# instructions on every target), so evaluating them speculatively is harmless.
+_CHEAP_UNARY = frozenset({"neg", "abs", "sign", "relu"})
+
+
+def _small_int(e: Expr) -> int | None:
+    if isinstance(e, Const):
+        v = e.value
+        if isinstance(v, float):
+            if not v.is_integer():
+                return None
+            v = int(v)
+        if abs(v) <= POW_UNROLL_LIMIT:
+            return v
+    return None
+
+
+def _speculatable(e: Expr, scalars: Scalars) -> bool:
+    """True when ``e`` has no buffer load and no call, so a select may evaluate it unconditionally."""
+    for node in postorder(e):
+        if isinstance(node, Access):
+            if node.indices or node.tensor not in scalars:
+                return False
+        elif isinstance(node, Unary):
+            if node.op not in _CHEAP_UNARY:
+                return False
+        elif isinstance(node, Binary):
+            if node.op == "**" and _small_int(node.rhs) is None:
+                return False
+        elif not isinstance(node, (Const, Where)):
+            return False
+    return True

@@ -1,0 +1,31 @@
+"""``lower-llvm``: L2 loop nests to an LLVM module (:mod:`tcc.backends.llvm`).
+
+The element type and the target are pass options rather than properties of
+the loop program because one L2 program serves every precision and device:
+only this step and the ones after it differ between them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tcc.pass_base import Level, Pass, PassContext
+
+
+@dataclass(frozen=True)
+class LowerLLVM(Pass):
+    name = "lower-llvm"
+    level = Level.LOOPS
+    produces = Level.LLVM
+    summary = "lower loop nests to an LLVM module (one function per kernel)"
+
+    dtype: Literal["float64", "float32"] = "float64"
+    target: Literal["cpu", "cuda"] = "cpu"
+    # Reassociating accumulations lets LLVM vectorize reductions, at the price
+    # of results that differ from sequential summation in the last bits.
+    fast_reductions: bool = False
+
+    def run(self, program, ctx: PassContext):
+        from tcc.backends.llvm import lower_program  # llvmlite is imported only when code is generated
+
+        return lower_program(program, self.dtype, self.target, self.fast_reductions)
