@@ -57,6 +57,41 @@ def _selected(sel: frozenset[str] | str, pass_: Pass) -> bool:
     return sel == ALL or pass_.name in sel
 
 
+def _is_loop_program(program: Any) -> bool:
+    from tcc.ir.loops import LoopProgram
+
+    return isinstance(program, LoopProgram)
+
+
+def _is_llvm(program: Any) -> bool:
+    """An L3 program (``tcc.backends.llvm.LLVMModule``) or a bare llvmlite module.
+
+    Looked up in ``sys.modules`` so that dumping L1 and L2 never imports llvmlite:
+    a program cannot be an instance of a class whose module was never loaded.
+    """
+    for module, cls in (("tcc.backends.llvm", "LLVMModule"), ("llvmlite.ir", "Module")):
+        mod = sys.modules.get(module)
+        if mod is not None and isinstance(program, getattr(mod, cls, ())):
+            return True
+    return False
+
+
+def dump_suffix(program: Any) -> str:
+    """The file suffix of a dump: ``.tcc`` (L1), ``.loops`` (L2) or ``.ll`` (L3)."""
+    if _is_loop_program(program):
+        return ".loops"
+    if _is_llvm(program):
+        return ".ll"
+    return ".tcc"
+
+
+def _titled(title: str, program: Any) -> str:
+    """A dump header as a comment of the program's language (``;`` in LLVM IR, else ``#``)."""
+    if _is_llvm(program):
+        title = "; " + title[2:-2] + " ;" if title.startswith("# ") and title.endswith(" #") else "; " + title
+    return title
+
+
 class DumpIR(BaseInstrument):
     """Print the IR before/after selected passes, or write it to numbered files.
 
@@ -70,8 +105,11 @@ class DumpIR(BaseInstrument):
     ``NN-<pass name>.tcc`` for the IR after the NN-th pass (1-based) when that
     pass is selected by ``after``; selecting pass NN by ``before`` writes the
     state it receives, i.e. file NN-1.  With neither selection given, every pass
-    is selected (``--dump-dir`` alone).  Each file starts with a ``#`` header
-    line, so the files parse back and any step can be replayed.
+    is selected (``--dump-dir`` alone).  The suffix follows the IR level: ``.tcc``
+    for L1, ``.loops`` for L2 (:func:`tcc.ir.loops_parser.parse_loop_program`
+    reads it back) and ``.ll`` for an LLVM module.  Each file starts with a
+    header line that is a comment of its language (``#``; ``;`` in LLVM IR), so
+    the files parse back and any step can be replayed.
     """
 
     def __init__(
@@ -103,10 +141,10 @@ class DumpIR(BaseInstrument):
         if state in self._states:
             return
         self._states.add(state)
-        path = os.path.join(self.directory, f"{state:02d}-{self._names[state]}.tcc")
+        path = os.path.join(self.directory, f"{state:02d}-{self._names[state]}{dump_suffix(program)}")
         try:
             with open(path, "w", encoding="utf-8") as fh:
-                fh.write(title + "\n" + str(program))
+                fh.write(_titled(title, program) + "\n" + str(program))
         except OSError as exc:
             raise TccError(f"cannot write '{path}': {exc.strerror or exc}") from None
         self.written.append(path)
@@ -120,7 +158,7 @@ class DumpIR(BaseInstrument):
             return
         if _selected(self.before, pass_):
             out = self._out()
-            out.write(header("before", pass_) + "\n" + str(program) + "\n")
+            out.write(_titled(header("before", pass_), program) + "\n" + str(program) + "\n")
             out.flush()
 
     def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
@@ -131,7 +169,7 @@ class DumpIR(BaseInstrument):
             self._write_state(index + 1, header("after", pass_), program)
             return
         out = self._out()
-        out.write(header("after", pass_) + "\n" + str(program) + "\n")
+        out.write(_titled(header("after", pass_), program) + "\n" + str(program) + "\n")
         out.flush()
 
 
@@ -167,13 +205,20 @@ class TimePasses(BaseInstrument):
 
 
 class VerifyEach(BaseInstrument):
-    """Run the IR verifier after each pass that yields index IR.
+    """Run the IR verifier of the produced level after each pass.
+
+    Dispatch is on the program's type: an L2 :class:`~tcc.ir.loops.LoopProgram`
+    goes to :func:`tcc.ir.loops_verifier.verify_loops` (or ``verify_loops``),
+    the result of a pass producing index IR to :func:`tcc.ir.verifier.verify`
+    (or ``verify``), and anything else (an LLVM module) to its own
+    ``verify()`` method when it has one; otherwise it is left alone.
 
     A failure becomes TccError "IR verification failed after pass 'X': <message>".
     """
 
-    def __init__(self, verify=None) -> None:
+    def __init__(self, verify=None, verify_loops=None) -> None:
         self._verify = verify
+        self._verify_loops = verify_loops
 
     def _verifier(self):
         if self._verify is None:
@@ -182,12 +227,35 @@ class VerifyEach(BaseInstrument):
             self._verify = verify
         return self._verify
 
+    def _loops_verifier(self):
+        if self._verify_loops is None:
+            from tcc.ir.loops_verifier import verify_loops
+
+            self._verify_loops = verify_loops
+        return self._verify_loops
+
     def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
-        if pass_.output_level is not Level.INDEX:
+        if _is_loop_program(program):
+            check = self._loops_verifier()
+        elif pass_.output_level is Level.INDEX:
+            check = self._verifier()
+        elif callable(getattr(program, "verify", None)):
+            check = _own_verify
+        else:
             return
         try:
-            self._verifier()(program)
+            check(program)
         except TccError as exc:
             raise TccError(
                 f"IR verification failed after pass '{pass_.spec()}': {exc.message}", exc.loc, exc.source
             ) from exc
+
+
+def _own_verify(program: Any) -> None:
+    """``program.verify()``, whatever it raises (llvmlite: RuntimeError) reported as a TccError."""
+    try:
+        program.verify()
+    except TccError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a verifier's report, not a crash of ours
+        raise TccError(str(exc).strip() or type(exc).__name__) from exc

@@ -263,9 +263,10 @@ class _Verifier:
     def expr(self, e: Expr, label: str) -> None:
         if not isinstance(e, Expr):
             raise self.error(f"the value of '{label}' is not an expression: {e!r}")
-        for node in postorder(e):
-            if isinstance(node, (Sum, CSum)):
-                raise self.error(f"sum in the value of '{label}': L2 expressions cannot contain sums")
+        nodes = postorder(e)
+        if any(isinstance(node, (Sum, CSum)) for node in nodes):
+            raise self.error(f"sum in the value of '{label}': L2 expressions cannot contain sums")
+        for node in nodes:
             if isinstance(node, Where):
                 self.index_names(node.cond.names(), f"the condition of where({node.cond}, ...)")
             elif isinstance(node, Access):
