@@ -670,3 +670,12 @@ def test_dump_to_stream_of_a_loop_program():
     buf = io.StringIO()
     run_pipeline(BIG, [_LoopsId()], instruments=[DumpIR(after="all", stream=buf)], start=Level.LOOPS)
     assert buf.getvalue() == "# -----// IR after t-loops-id //----- #\n" + BIG_TEXT + "\n"
+
+
+def test_docs_example_round_trips_and_verifies():
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "ir.md"), encoding="utf-8").read()
+    start = docs.index("```\n# tcc loops\n") + 4
+    text = docs[start:docs.index("```", start)]
+    p = parse_loop_program(text, "ir.md")
+    assert str(p) == text
+    verify_loops(p)
