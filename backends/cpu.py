@@ -85,15 +85,8 @@ def host_data_layout() -> str:
 
 
 def _parse(llvm_module: LLVMModule) -> llvm.ModuleRef:
-    """Parse and verify; LLVM's complaint about our IR is a compiler bug."""
     _initialize()
-    text = str(llvm_module)
-    try:
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-    except RuntimeError as exc:
-        raise RuntimeError(f"tcc produced invalid LLVM IR (a compiler bug): {exc}") from None
-    return mod
+    return llvm_module.parse()
 
 
 def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:

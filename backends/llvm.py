@@ -98,6 +98,25 @@ class LLVMModule:
     def text(self) -> str:
         return str(self.module)
 
+    def parse(self):
+        """The module as LLVM's own ``ModuleRef``, verified.
+
+        LLVM rejecting IR that tcc generated is a compiler bug, hence a
+        ``RuntimeError`` carrying LLVM's message rather than a TccError.
+        """
+        import llvmlite.binding as llvm
+
+        try:
+            mod = llvm.parse_assembly(str(self.module))
+            mod.verify()
+        except RuntimeError as exc:
+            raise RuntimeError(f"tcc produced invalid LLVM IR (a compiler bug): {str(exc).strip()}") from None
+        return mod
+
+    def verify(self) -> None:
+        """LLVM's verifier (what ``--verify-each`` runs on L3); RuntimeError if the IR is broken."""
+        self.parse()
+
 
 # ---------------------------------------------------------------------------
 # Targets
@@ -269,10 +288,10 @@ class _KernelLowering:
         args: list[ir.Value] = []
         for k, buf in enumerate(self.program.buffers):
             slot = b.gep(bufs, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
-            args.append(b.load(slot, name=buf.name, typ=PTR))
+            args.append(b.load(slot, name=fn.scope.deduplicate(buf.name), typ=PTR))
         for k, size in enumerate(self.program.sizes):
             slot = b.gep(sizes, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
-            args.append(b.load(slot, name=size, typ=I64))
+            args.append(b.load(slot, name=fn.scope.deduplicate(size), typ=I64))
         b.call(body, args + [part, nparts])
         b.ret_void()
 
@@ -294,7 +313,8 @@ class _KernelLowering:
             arg.name = fn.scope.deduplicate(size)
             self.sizes[size] = arg
         self.part, self.nparts = fn.args[nb + ns :]
-        self.part.name, self.nparts.name = "part", "nparts"
+        self.part.name = fn.scope.deduplicate("part")
+        self.nparts.name = fn.scope.deduplicate("nparts")
 
         # Allocas go in a block of their own so that every Local's alloca is
         # in the entry block (what mem2reg/SROA promote) whatever comes later.
@@ -360,7 +380,7 @@ class _KernelLowering:
         iv = b.phi(I64, name=s.var)
         iv.add_incoming(lo, pre)
         self.lower_block(s.body, {**idx, s.var: iv}, scalars)
-        nxt = b.add(iv, ir.Constant(I64, 1), name=f"{s.var}.next", flags=("nsw",))
+        nxt = self.iadd(iv, 1, name=f"{s.var}.next")
         more = b.icmp_signed("<=", nxt, hi, name=f"{s.var}.more")
         iv.add_incoming(nxt, b.block)
         b.cbranch(more, body, exit_)
@@ -369,13 +389,43 @@ class _KernelLowering:
     def chunk(self, lo: ir.Value, hi: ir.Value) -> tuple[ir.Value, ir.Value]:
         """Chunk ``part`` of ``nparts`` of ``lo..hi``: ``ceil(count / nparts)`` iterations each."""
         b = self.b
-        one = ir.Constant(I64, 1)
-        count = b.add(b.sub(hi, lo, flags=("nsw",)), one, flags=("nsw",))
-        count = self.intrinsic_call("llvm.smax", count, ir.Constant(I64, 0))
-        per = b.sdiv(b.sub(b.add(count, self.nparts, flags=("nsw",)), one, flags=("nsw",)), self.nparts, name="chunk")
-        first = b.add(lo, b.mul(self.part, per, flags=("nsw",)), flags=("nsw",), name="first")
-        last = b.sub(b.add(first, per, flags=("nsw",)), one, flags=("nsw",))
+        # nparts < 1 would divide by zero; treat it as one part rather than crash
+        nparts = self.intrinsic_call("llvm.smax", self.nparts, ir.Constant(I64, 1))
+        count = self.intrinsic_call("llvm.smax", self.iadd(self.isub(hi, lo), 1), ir.Constant(I64, 0), name="count")
+        per = b.sdiv(self.isub(self.iadd(count, nparts), 1), nparts, name="chunk")
+        first = self.iadd(lo, b.mul(self.part, per, flags=("nsw",)), name="first")
+        last = self.isub(self.iadd(first, per), 1)
         return first, self.intrinsic_call("llvm.smin", last, hi, name="last")
+
+    def iadd(self, x: ir.Value, y: ir.Value | int, name: str = "") -> ir.Value:
+        """``x + y`` in i64, folding constants so the unoptimised dumps stay readable."""
+        if isinstance(y, int):
+            y = ir.Constant(I64, y)
+        if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+            return ir.Constant(I64, x.constant + y.constant)
+        if isinstance(y, ir.Constant) and y.constant == 0:
+            return x
+        if isinstance(x, ir.Constant) and x.constant == 0:
+            return y
+        return self.b.add(x, y, name=name, flags=("nsw",))
+
+    def isub(self, x: ir.Value, y: ir.Value | int) -> ir.Value:
+        if isinstance(y, int):
+            y = ir.Constant(I64, y)
+        if isinstance(y, ir.Constant):
+            return self.iadd(x, ir.Constant(I64, -y.constant))
+        return self.b.sub(x, y, flags=("nsw",))
+
+    def imul(self, x: ir.Value, y: ir.Value | int) -> ir.Value:
+        if isinstance(y, int):
+            y = ir.Constant(I64, y)
+        if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+            return ir.Constant(I64, x.constant * y.constant)
+        if isinstance(y, ir.Constant) and y.constant == 1:
+            return x
+        if isinstance(x, ir.Constant) and x.constant == 1:
+            return y
+        return self.b.mul(x, y, flags=("nsw",))
 
     def lower_if(self, s: If, idx: dict, scalars: dict) -> None:
         b = self.b
@@ -419,20 +469,14 @@ class _KernelLowering:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
-        b = self.b
-        total: ir.Value | None = None
+        total: ir.Value = ir.Constant(I64, 0)
         for atom, coeff in a.terms:
             v = self.atom(atom, idx)
-            if coeff == -1 and total is not None:
-                total = b.sub(total, v, flags=("nsw",))
-                continue
-            if coeff != 1:
-                v = b.mul(v, ir.Constant(I64, coeff), flags=("nsw",))
-            total = v if total is None else b.add(total, v, flags=("nsw",))
-        if total is None:
-            total = ir.Constant(I64, a.const)
-        elif a.const:
-            total = b.add(total, ir.Constant(I64, a.const), flags=("nsw",))
+            if coeff == -1 and not (isinstance(total, ir.Constant) and total.constant == 0):
+                total = self.isub(total, v)
+            else:
+                total = self.iadd(total, self.imul(v, coeff))
+        total = self.iadd(total, a.const)
         self.memo.put(key, total)
         return total
 
@@ -489,11 +533,10 @@ class _KernelLowering:
             raise TccError(f"{self.where} indexes '{name}' with {len(indices)} indices but it has {rank} dimensions")
         if not indices:
             return ptr
-        b = self.b
         lin = self.affine(indices[0], idx)
         for dim, ix in zip(self.dims[name], indices[1:]):
-            lin = b.add(b.mul(lin, dim, flags=("nsw",)), self.affine(ix, idx), flags=("nsw",))
-        return b.gep(ptr, [lin], inbounds=True, source_etype=self.elt)
+            lin = self.iadd(self.imul(lin, dim), self.affine(ix, idx))
+        return self.b.gep(ptr, [lin], inbounds=True, source_etype=self.elt)
 
     # -- scalar expressions -----------------------------------------------
     def expr(self, e: Expr, idx: Mapping[str, ir.Value], scalars: Scalars) -> ir.Value:
