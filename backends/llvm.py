@@ -150,7 +150,8 @@ class Target:
 # libm/libdevice names of the language's functions where they differ
 _MATH_NAMES = {"abs": "fabs"}
 
-_NVPTX_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+# LLVM 22's NVPTX layout; the PTX backend should check it against its own target machine.
+_NVPTX_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 
 
 @functools.lru_cache(maxsize=None)
@@ -281,6 +282,7 @@ class _KernelLowering:
     def build_entry(self, body: ir.Function) -> None:
         fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
         fn = ir.Function(self.module, fnty, self.symbol)
+        fn.attributes.add("nounwind")
         for arg, name in zip(fn.args, ("bufs", "sizes", "part", "nparts")):
             arg.name = name
         bufs, sizes, part, nparts = fn.args
