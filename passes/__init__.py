@@ -33,4 +33,5 @@ BUILTIN_PASSES: dict[str, str] = {
     "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
+    "hoist": "tcc.passes.hoist:Hoist",
 }

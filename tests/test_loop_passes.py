@@ -1,0 +1,394 @@
+"""The L2 optimisation passes: hoist, fuse, reuse-buffers, parallel.
+
+Every transformed program is run by the small L2 evaluator of
+``tests/loop_eval.py`` (bounds-checked loads, NaN-filled results and temps,
+a race detector for parallel loops) and compared with the reference
+interpreter on the L1 program; every one also passes ``verify_loops``.
+The pass-specific tests check the printed L2, which is what a user sees with
+``--emit loops``, and what each pass refuses to do.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tcc
+from tcc.interpreter import evaluate
+from tcc.ir.loops import For, LoopProgram
+from tcc.ir.loops_parser import parse_loop_program
+from tcc.ir.loops_verifier import verify_loops
+from tcc.pass_base import Level
+from tcc.pipeline import parse_pipeline, run_pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loop_eval import run_loops  # noqa: E402
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.tcc"))
+SIZES = {"n": 4, "m": 3, "p": 2, "r": 2, "h": 5, "w": 6}
+
+PIPELINES = [
+    "lower-loops,hoist",
+]
+
+
+def random_inputs(program, sizes=SIZES, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        d.name: rng.uniform(0.25, 0.75, tuple(int(e.evaluate(sizes)) for e in d.extents)) for d in program.inputs
+    }
+
+
+def lower(program, passes: str) -> LoopProgram:
+    return run_pipeline(program, passes)
+
+
+def on_loops(loops: LoopProgram | str, passes: str) -> LoopProgram:
+    if isinstance(loops, str):
+        loops = parse_loop_program(loops)
+    return run_pipeline(loops, passes, start=Level.LOOPS)
+
+
+def assert_matches_interpreter(program, passes: str, sizes=SIZES, counts=None) -> LoopProgram:
+    """Lower and optimise ``program``; its results must equal the interpreter's."""
+    loops = lower(program, passes)
+    verify_loops(loops)
+    inputs = random_inputs(program, sizes)
+    want = evaluate(program, inputs)
+    got = run_loops(loops, inputs, counts=counts)
+    assert set(got) == {b.name for b in loops.by_role("output", "local")}
+    for name, value in got.items():
+        np.testing.assert_allclose(value, want[name], rtol=1e-10, atol=1e-12, err_msg=f"{name} after {passes}")
+    return loops
+
+
+def kernel_text(loops: LoopProgram, name: str) -> str:
+    text = str(loops)
+    start = text.index(f"kernel {name} {{")
+    return text[start : text.index("\n}\n", start) + 3]
+
+
+def depth(stmts) -> int:
+    return max((1 + depth(s.body) if isinstance(s, For) else 0 for s in stmts), default=0)
+
+
+def _programs(path: Path):
+    """An example, its gradient (first result, every input) and a second derivative."""
+    p = run_pipeline(tcc.parse(path), "infer-ranges")
+    g = tcc.grad(p, of=p.results()[0], wrt=[d.name for d in p.inputs])
+    h = tcc.grad(g, of=g.results()[0], wrt=[g.inputs[0].name])
+    return [("f", p), ("grad", g), ("grad2", h)]
+
+
+# ---------------------------------------------------------------------------
+# Every example, its gradient and a second derivative, through every pipeline
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_examples_and_derivatives_match_the_interpreter(path):
+    for label, program in _programs(path):
+        for passes in PIPELINES:
+            assert_matches_interpreter(program, passes)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_loop_passes_are_idempotent_and_deterministic(path):
+    tail = PIPELINES[-1].split(",", 1)[1]
+    for _, program in _programs(path):
+        once = lower(program, PIPELINES[-1])
+        assert str(lower(program, PIPELINES[-1])) == str(once)
+        assert str(on_loops(once, tail)) == str(once)
+
+
+def test_pass_options_print_and_parse_back():
+    for spec in ["hoist", "hoist{extract=false}", "hoist{factor=false licm=false}"]:
+        (p,) = parse_pipeline(spec)
+        assert p.spec() == spec
+        assert p.level is Level.LOOPS
+
+
+# ---------------------------------------------------------------------------
+# hoist
+# ---------------------------------------------------------------------------
+
+# The logistic-regression loss with z = X w written inline: its gradient and
+# Hessian-vector product copy the inner sum over j into every element.
+INLINE_LOGISTIC = """
+input X[m, n], w[n], y[m]
+f = sum[i](log(1 + exp(-y[i] * sum[j](X[i, j] * w[j]))))
+"""
+
+
+def test_hoist_makes_the_logistic_regression_hessian_cheaper():
+    p = tcc.parse(INLINE_LOGISTIC)
+    g = tcc.grad(p, of="f", wrt="w")
+    h = tcc.grad(g, of="dw", wrt="w")  # sum over dw2_z1 and dw2_z0 of ... sum[j] ...
+    sizes = {"m": 3, "n": 6}
+    plain, hoisted = {}, {}
+    before = assert_matches_interpreter(h, "lower-loops", sizes, counts=plain)
+    after = assert_matches_interpreter(h, "lower-loops,hoist", sizes, counts=hoisted)
+    # before: one nest of depth 4 (dw2_0, dw2_z1, dw2_z0, j): O(m n^3)
+    assert [k.name for k in before.kernels] == ["dw2"]
+    assert depth(before.kernels[0].body) == 4
+    # after: X w is its own kernel over the examples, O(m n); the Hessian
+    # product is a nest of depth 3, O(m n^2), that reads it
+    assert "temp dw2_t[m]" in str(after)
+    assert kernel_text(after, "dw2_t") == (
+        "kernel dw2_t {\n"
+        "  for dw2_z0 in 0..m - 1 {\n"
+        "    local dw2_acc2 = 0\n"
+        "    for j in 0..n - 1 {\n"
+        "      dw2_acc2 += X[dw2_z0, j] * w[j]\n"
+        "    }\n"
+        "    dw2_t[dw2_z0] = dw2_acc2\n"
+        "  }\n"
+        "}\n"
+    )
+    dw2 = kernel_text(after, "dw2")
+    assert "let dw2_acc2 = dw2_t[dw2_z0]" in dw2
+    assert "for j " not in dw2
+    assert depth(after.kernels[-1].body) == 3
+    # and ddw[dw2_z1] is multiplied once per dw2_z1, not once per (dw2_z1, dw2_z0)
+    assert "dw2_acc += dw2_acc3 * ddw[dw2_z1]" in dw2
+    m, n = sizes["m"], sizes["n"]
+    assert plain["iterations"] > m * n**3
+    assert hoisted["iterations"] < 2 * m * n**2
+
+
+def test_hoist_logistic_regression_example_and_its_hessian():
+    p = run_pipeline(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("logistic_regression")]), "infer-ranges")
+    g = tcc.grad(p, of="f", wrt="w")
+    h = tcc.grad(g, of="dw", wrt="w")
+    for program in (p, g, h):
+        assert_matches_interpreter(program, "lower-loops,hoist", {"m": 3, "n": 5})
+    # dw2 = sum over examples of dz2[i] * y[i] * X[i, k]: nothing left to hoist,
+    # and nothing hoisted wrongly
+    loops = lower(h, "lower-loops,hoist")
+    assert not loops.by_role("temp")
+
+
+def test_hoist_an_inner_sum_that_does_not_depend_on_the_element():
+    """f[i, j] = x[i, j] * s with s = sum[k](w[k] * x[0, k]): the gradient
+    reads s and a second full sum in every element; both become temps."""
+    p = tcc.parse("input x[n, m], w[m]\nf[i, j] = x[i, j] * sum[k](w[k] * x[0, k])\n")
+    g = tcc.grad(p, of="f", wrt="x,w")
+    plain, hoisted = {}, {}
+    assert_matches_interpreter(g, "lower-loops", counts=plain)
+    loops = assert_matches_interpreter(g, "lower-loops,hoist", counts=hoisted)
+    assert "temp dx_t, dx_t2, dw_t\n" in str(loops)
+    # x[0, k] is only in bounds when n >= 1, which the dx loop nest implied
+    assert kernel_text(loops, "dx_t") == (
+        "kernel dx_t {\n"
+        "  if n >= 1 {\n"
+        "    local dx_acc = 0\n"
+        "    for k in 0..m - 1 {\n"
+        "      dx_acc += w[k] * x[0, k]\n"
+        "    }\n"
+        "    dx_t = dx_acc\n"
+        "  }\n"
+        "}\n"
+    )
+    # dw[b] = sum_{i,j} df[i, j] x[i, j] * x[0, b]: the double sum once, then O(m)
+    assert kernel_text(loops, "dw") == (
+        "kernel dw {\n"
+        "  for dw_0 in 0..m - 1 {\n"
+        "    let dw_acc = dw_t\n"
+        "    let dw_acc_s = where(n >= 1, dw_acc * x[0, dw_0], 0)\n"
+        "    dw[dw_0] = dw_acc_s\n"
+        "  }\n"
+        "}\n"
+    )
+    assert hoisted["iterations"] * 2 < plain["iterations"]
+
+
+def test_hoist_factors_invariant_multipliers_out_of_gradient_sums():
+    g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="d")
+    loops = assert_matches_interpreter(g, "lower-loops,hoist{licm=false extract=false}")
+    assert kernel_text(loops, "dd") == (
+        "kernel dd {\n"
+        "  for dd_0 in 0..7 {\n"
+        "    local dd_acc = 0\n"
+        "    for dd_z1 in max(dd_0 - 2, 0)..min(dd_0, 4) {\n"
+        "      for dd_z0 in 0..3 {\n"
+        "        dd_acc += -(df[dd_0 - dd_z1, dd_z0] * f[dd_0 - dd_z1, dd_z0])\n"
+        "      }\n"
+        "    }\n"
+        "    let dd_acc_s = dd_acc * 3 * d[dd_0]**2\n"
+        "    dd[dd_0] = dd_acc_s\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def test_factor_without_a_zero_start_uses_a_partial_sum():
+    src = """sizes n
+input x[n], y[n]
+output z
+
+kernel z {
+  local acc = 1
+  for i in 0..n - 1 {
+    for j in 0..n - 1 {
+      acc += x[j] * y[i]
+    }
+  }
+  z = acc
+}
+"""
+    out = on_loops(src, "hoist")
+    # acc2 += x[j] in a loop over j alone, then (licm) out of the i loop: O(n)
+    assert kernel_text(out, "z") == (
+        "kernel z {\n"
+        "  local acc2 = 0\n"
+        "  for j in 0..n - 1 {\n"
+        "    acc2 += x[j]\n"
+        "  }\n"
+        "  local acc = 1\n"
+        "  for i in 0..n - 1 {\n"
+        "    acc += acc2 * y[i]\n"
+        "  }\n"
+        "  z = acc\n"
+        "}\n"
+    )
+    x, y = np.arange(1.0, 4.0), np.arange(2.0, 5.0)
+    assert run_loops(out, {"x": x, "y": y})["z"] == pytest.approx(1 + x.sum() * y.sum())
+
+
+def test_factor_refuses_when_the_accumulator_is_read_inside_the_loop():
+    src = """sizes n
+input x[n], y[n]
+output z[n]
+
+kernel z {
+  for i in 0..n - 1 {
+    local acc = 0
+    for j in 0..n - 1 {
+      acc += x[j] * y[i]
+      z[j] = acc
+    }
+  }
+}
+"""
+    assert "acc += x[j] * y[i]" in str(on_loops(src, "hoist"))
+
+
+def test_licm_moves_a_let_out_and_guards_a_load_that_needs_the_loop_to_run():
+    src = """sizes n, m
+input x[n], A[n, m]
+output y[n, n]
+
+kernel y {
+  for i in 0..n - 1 {
+    for j in 0..i - 1 {
+      let v = x[i - 1]
+      let u = x[0] * 2
+      local s = 0
+      for k in 0..m - 1 {
+        s += A[j, k] * A[i - 1, k]
+      }
+      y[i, j] = v * s * u
+    }
+  }
+}
+"""
+    out = on_loops(src, "hoist")
+    # x[i - 1] is out of bounds for i = 0, where the j loop does not run;
+    # x[0] is in bounds wherever the i loop runs; s depends on j; u depends
+    # on nothing, but the kernel is one loop nest that the runtime may split
+    assert kernel_text(out, "y") == (
+        "kernel y {\n"
+        "  for i in 0..n - 1 {\n"
+        "    let v = where(i >= 1, x[i - 1], 0)\n"
+        "    let u = x[0] * 2\n"
+        "    for j in 0..i - 1 {\n"
+        "      local s = 0\n"
+        "      for k in 0..m - 1 {\n"
+        "        s += A[j, k] * A[i - 1, k]\n"
+        "      }\n"
+        "      y[i, j] = v * s * u\n"
+        "    }\n"
+        "  }\n"
+        "}\n"
+    )
+    verify_loops(out)
+
+
+def test_licm_keeps_what_reads_a_buffer_written_in_the_loop():
+    src = """sizes n
+input x[n]
+output y[n, n]
+
+kernel y {
+  for i in 0..n - 1 {
+    for j in 0..n - 1 {
+      let v = y[i, 0]
+      local s = 0
+      for k in 0..n - 1 {
+        s += y[k, 0]
+      }
+      y[i, j] = x[i] + v + s
+    }
+  }
+}
+"""
+    src_loops = parse_loop_program(src)
+    out = on_loops(src_loops, "hoist")
+    assert str(out) == str(src_loops)
+
+
+def test_extract_refuses_a_triangular_range_and_a_local_from_outside():
+    src = """sizes n, m
+input A[n, m]
+output y[n, n]
+
+kernel y {
+  for i in 0..n - 1 {
+    for j in 0..i {
+      local s = 0
+      for k in 0..m - 1 {
+        s += A[j, k]
+      }
+      y[i, j] = s
+    }
+  }
+}
+"""
+    # s depends on j but not on i; the range of j depends on i
+    out = on_loops(src, "hoist")
+    assert not out.by_role("temp")
+    src2 = """sizes n, m
+input A[n, m]
+output y[n, n]
+
+kernel y {
+  for i in 0..n - 1 {
+    local c = 0
+    c += A[i, 0]
+    for j in 0..n - 1 {
+      local s = 0
+      for k in 0..m - 1 {
+        s += A[j, k] * c
+      }
+      y[i, j] = s
+    }
+  }
+}
+"""
+    # factoring pulls c out, then s no longer needs it and becomes a temp
+    out2 = on_loops(src2, "hoist")
+    assert "temp y_t[n]" in str(out2)
+    assert "s += A[j, k]\n" in str(out2)
+    out3 = on_loops(src2, "hoist{factor=false}")
+    assert not out3.by_role("temp")
+
+
+def test_hoist_on_every_urban_gradient_is_what_the_paper_needs():
+    g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="a,b,c,d")
+    loops = assert_matches_interpreter(g, "lower-loops,hoist")
+    # dc is nonzero on the diagonal only: its reduction runs once per row, not per element
+    dc = kernel_text(loops, "dc")
+    assert dc.index("local dc_acc = 0") < dc.index("for dc_1 in max(0, dc_0)..min(2, dc_0)")
+    assert "let da_acc_s = da_acc * c[da_0, da_0] * 2" in kernel_text(loops, "da")
