@@ -43,6 +43,7 @@ offending statement or buffer declaration.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Union
 
 from tcc.diagnostics import TccError
 
@@ -63,6 +64,14 @@ def _ref(name: str, indices: tuple[Affine, ...]) -> str:
     if not indices:
         return name
     return f"{name}[{', '.join(str(i) for i in indices)}]"
+
+
+#: a message fragment, or a function making it (formatted only when an error is raised)
+Label = Union[str, Callable[[], str]]
+
+
+def _text(label: Label) -> str:
+    return label if isinstance(label, str) else label()
 
 
 def _plural(n: int, one: str, many: str) -> str:
@@ -157,12 +166,12 @@ class _Verifier:
             self.for_loop(s)
         elif isinstance(s, (Let, Local)):
             kind = "let" if isinstance(s, Let) else "local"
-            self.expr(s.value if isinstance(s, Let) else s.init, f"{kind} {s.name}")
+            self.expr(s.value if isinstance(s, Let) else s.init, lambda: f"{kind} {s.name}")
             self.define_scalar(s.name, kind)
         elif isinstance(s, (Store, Accumulate)):
             name = s.buffer if isinstance(s, Store) else s.target
             op = "=" if isinstance(s, Store) else "+="
-            self.expr(s.value, f"{_ref(name, s.indices)} {op} ...")
+            self.expr(s.value, lambda: f"{_ref(name, s.indices)} {op} ...")
             self.write(s, name, s.indices, op)
         elif isinstance(s, If):
             self.index_names(s.cond.names(), "the condition of an if")
@@ -183,7 +192,7 @@ class _Verifier:
         if self.scalar(v) is not None:
             raise self.error(f"loop variable '{v}' has the name of a scalar in scope")
         for b in s.lo + s.hi:
-            self.index_names(b.names(), f"the bounds of loop '{v}'", own=v)
+            self.index_names(b.names(), lambda: f"the bounds of loop '{v}'", own=v)
         if s.parallel:
             self.parallel.append(_Parallel(v, len(self.loop_vars), len(self.blocks), s))
         self.loop_vars.append(v)
@@ -215,7 +224,7 @@ class _Verifier:
         return None
 
     # -- names ----------------------------------------------------------------
-    def index_names(self, names: tuple[str, ...], where: str, own: str | None = None) -> None:
+    def index_names(self, names: tuple[str, ...], where: Label, own: str | None = None) -> None:
         for n in names:
             if n in self.sizes or n in self.loop_vars:
                 continue
@@ -226,7 +235,7 @@ class _Verifier:
                 why = " (it is a buffer)"
             elif self.scalar(n) is not None:
                 why = " (it is a scalar)"
-            raise self.error(f"'{n}' in {where} is not a size or an enclosing loop variable{why}")
+            raise self.error(f"'{n}' in {_text(where)} is not a size or an enclosing loop variable{why}")
 
     def not_a_buffer(self, name: str, ref: str) -> TccError:
         if self.scalar(name) is not None:
@@ -246,33 +255,35 @@ class _Verifier:
             return self.error(f"scalar '{name}' is used outside its scope or before its definition")
         return self.error(f"undeclared name '{name}'")
 
-    def buffer_access(self, name: str, indices: tuple[Affine, ...], ref: str) -> Buffer:
+    def buffer_access(self, name: str, indices: tuple[Affine, ...]) -> Buffer:
         buf = self.buffers.get(name)
+        ref = lambda: _ref(name, indices)  # noqa: E731 - only formatted for an error
         if buf is None:
-            raise self.not_a_buffer(name, ref) if indices else self.unknown_scalar(name)
+            raise self.not_a_buffer(name, ref()) if indices else self.unknown_scalar(name)
         if len(indices) != buf.rank:
             raise self.error(
                 f"'{name}' has {_plural(buf.rank, 'dimension', 'dimensions')}"
-                f" but {ref} gives {_plural(len(indices), 'index', 'indices')}"
+                f" but {ref()} gives {_plural(len(indices), 'index', 'indices')}"
             )
         for ix in indices:
-            self.index_names(ix.names(), f"the index of {ref}")
+            self.index_names(ix.names(), lambda: f"the index of {ref()}")
         return buf
 
     # -- expressions and writes -------------------------------------------------
-    def expr(self, e: Expr, label: str) -> None:
+    def expr(self, e: Expr, label: Label) -> None:
         if not isinstance(e, Expr):
-            raise self.error(f"the value of '{label}' is not an expression: {e!r}")
+            raise self.error(f"the value of '{_text(label)}' is not an expression: {e!r}")
         nodes = postorder(e)
         if any(isinstance(node, (Sum, CSum)) for node in nodes):
-            raise self.error(f"sum in the value of '{label}': L2 expressions cannot contain sums")
+            raise self.error(f"sum in the value of '{_text(label)}': L2 expressions cannot contain sums")
         for node in nodes:
             if isinstance(node, Where):
-                self.index_names(node.cond.names(), f"the condition of where({node.cond}, ...)")
+                cond = node.cond
+                self.index_names(cond.names(), lambda: f"the condition of where({cond}, ...)")
             elif isinstance(node, Access):
                 if not node.indices and self.scalar(node.tensor) is not None:
                     continue
-                self.buffer_access(node.tensor, node.indices, _ref(node.tensor, node.indices))
+                self.buffer_access(node.tensor, node.indices)
                 self.record(False, node.tensor, node.indices)
 
     def write(self, s: Stmt, name: str, indices: tuple[Affine, ...], op: str) -> None:
@@ -291,7 +302,7 @@ class _Verifier:
                         f"parallel loop '{par.var}' may race: it writes local '{name}', which is declared outside it"
                     )
             return
-        buf = self.buffer_access(name, indices, ref)
+        buf = self.buffer_access(name, indices)
         if buf.role == "input":
             raise self.error(f"cannot write to input '{name}': {ref} {op} ...")
         self.record(True, name, indices)
