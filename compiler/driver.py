@@ -2,8 +2,8 @@
 
     tcc grad FILE --of f --wrt a,d [-o OUT] [--passes SPEC] [dump flags]
     tcc check FILE --of f --wrt a,d [--seed N] [--tol T] [--eps E] [--sizes n=4,m=3]
-    tcc run FILE --inputs in.npz --output out.npz [--target cpu]
-    tcc compile FILE --emit index [-o OUT] [--passes SPEC] [dump flags]
+    tcc run FILE --inputs in.npz --output out.npz [--target cpu] [--dtype D] [--threads N] [--reference]
+    tcc compile FILE --emit index|loops|llvm|asm [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
 
 dump flags: --print-pipeline --dump-before P|all --dump-after P|all
             --dump-dir DIR --time-passes --verify-each
@@ -23,7 +23,8 @@ from typing import Any, Sequence
 from tcc.diagnostics import TccError
 
 TARGETS = ["cpu"]
-EMITS = ["index"]
+EMITS = ["index", "loops", "llvm", "asm"]
+DTYPES = ["float64", "float32"]
 
 
 class _UsageError(Exception):
@@ -79,13 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file", metavar="FILE")
     r.add_argument("--inputs", metavar="IN.npz", help="input arrays (.npz); undeclared arrays are ignored")
     r.add_argument("--output", metavar="OUT.npz", required=True, help="where every definition is written")
-    r.add_argument("--target", choices=TARGETS, default="cpu")
+    r.add_argument("--target", choices=TARGETS, default="cpu", help="where the compiled code runs (default cpu)")
+    r.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
+    r.add_argument("--threads", type=int, help="threads for parallel loops (default: all cores)")
+    r.add_argument("--reference", action="store_true",
+                   help="evaluate with the reference interpreter instead of compiled code")
+    _add_pipeline_flags(r, default_passes="the compile pipeline")
 
     k = sub.add_parser("compile", help="run a pipeline and print the result")
     k.add_argument("file", metavar="FILE")
-    k.add_argument("--emit", choices=EMITS, default="index")
+    k.add_argument("--emit", choices=EMITS, default="index",
+                   help="index: L1 after the passes; loops: L2 loop nests; llvm: optimised LLVM IR; "
+                        "asm: host assembly (default index)")
+    k.add_argument("--target", choices=TARGETS, default="cpu")
+    k.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
     k.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT instead of stdout")
-    _add_pipeline_flags(k, default_passes="infer-ranges")
+    _add_pipeline_flags(k, default_passes="infer-ranges for index, the compile pipeline otherwise")
     return parser
 
 
@@ -203,13 +213,39 @@ def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
-    from tcc.pipeline import parse_pipeline
+def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
+    """The passes that take the program to the level ``--emit`` asks for."""
+    from tcc.build import DEFAULT_LOOP_PIPELINE, compile_pipeline
+    from tcc.pass_base import Level
+    from tcc.pipeline import check_levels, parse_pipeline
 
-    passes = parse_pipeline(args.passes if args.passes is not None else "infer-ranges")
+    if args.emit == "index":
+        passes = parse_pipeline(args.passes if args.passes is not None else "infer-ranges")
+        if check_levels(passes) is not Level.INDEX:
+            raise TccError("--emit index needs a pipeline that stays at the index level")
+        return passes
+    if args.emit == "loops":
+        passes = parse_pipeline(args.passes if args.passes is not None else DEFAULT_LOOP_PIPELINE)
+        level = check_levels(passes)
+        if level is Level.INDEX:
+            passes += parse_pipeline("lower-loops")
+        elif level is not Level.LOOPS:
+            raise TccError("--emit loops needs a pipeline that ends at the loop level")
+        return passes
+    return compile_pipeline(args.passes, args.dtype, args.target)
+
+
+def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
+    passes = _emit_pipeline(args)
     program = session.load(args.file)
     result = _run_passes(session, args, program, passes)
-    _write_text(str(result), args.output)
+    if args.emit == "asm":
+        from tcc.backends.cpu import emit_assembly
+
+        text = emit_assembly(result)
+    else:
+        text = str(result)
+    _write_text(text if text.endswith("\n") else text + "\n", args.output)
     return 0
 
 
@@ -253,8 +289,26 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     if missing:
         where = f"'{args.inputs}'" if args.inputs is not None else "the inputs (no --inputs given)"
         raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} in {where}")
-    program = run_pipeline(program, [InferRanges()])
-    results = evaluate(program, arrays, np.float64)
+    if args.reference:
+        program = run_pipeline(program, [InferRanges()])
+        results = evaluate(program, arrays, np.dtype(args.dtype))
+    else:
+        from tcc.build import build, compile_pipeline
+
+        passes = compile_pipeline(args.passes, args.dtype, args.target)
+        insts, timer = _instruments(args)
+        if args.print_pipeline:
+            from tcc.pipeline import format_pipeline
+
+            print(format_pipeline(passes), file=sys.stderr)
+        try:
+            compiled = build(program, target=args.target, dtype=args.dtype, passes=passes,
+                             threads=args.threads, instruments=insts)
+        finally:
+            if timer is not None:
+                sys.stderr.write(timer.report())
+        arrays = {k: np.require(v, dtype=args.dtype, requirements="C") for k, v in arrays.items()}
+        results = compiled(**arrays)
     try:
         with open(args.output, "wb") as fh:
             np.savez(fh, **results)
