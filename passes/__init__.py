@@ -34,4 +34,5 @@ BUILTIN_PASSES: dict[str, str] = {
     "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
     "hoist": "tcc.passes.hoist:Hoist",
+    "fuse": "tcc.passes.fuse:Fuse",
 }

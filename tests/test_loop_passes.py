@@ -30,7 +30,9 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 SIZES = {"n": 4, "m": 3, "p": 2, "r": 2, "h": 5, "w": 6}
 
 PIPELINES = [
+    "lower-loops,fuse",
     "lower-loops,hoist",
+    "lower-loops,hoist,fuse",
 ]
 
 
@@ -392,3 +394,166 @@ def test_hoist_on_every_urban_gradient_is_what_the_paper_needs():
     dc = kernel_text(loops, "dc")
     assert dc.index("local dc_acc = 0") < dc.index("for dc_1 in max(0, dc_0)..min(2, dc_0)")
     assert "let da_acc_s = da_acc * c[da_0, da_0] * 2" in kernel_text(loops, "da")
+
+
+# ---------------------------------------------------------------------------
+# fuse
+# ---------------------------------------------------------------------------
+
+
+def test_fuse_softmax_rows_into_one_nest():
+    p = run_pipeline(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("softmax_matmul")]), "infer-ranges")
+    loops = assert_matches_interpreter(p, "lower-loops,hoist,fuse")
+    # z, e and y are element-wise over (i, j); s reads the whole row i but
+    # only row i: all four fuse over rows, z and e also over columns, and e
+    # and s read what the same iteration just computed
+    assert [k.name for k in loops.kernels] == ["z_e_s_y"]
+    assert kernel_text(loops, "z_e_s_y") == (
+        "kernel z_e_s_y {\n"
+        "  for i in 0..n - 1 {\n"
+        "    for j in 0..m - 1 {\n"
+        "      local z_acc = 0\n"
+        "      for k in 0..p - 1 {\n"
+        "        z_acc += a[i, k] * b[k, j]\n"
+        "      }\n"
+        "      z[i, j] = z_acc\n"
+        "      e[i, j] = exp(z_acc)\n"
+        "    }\n"
+        "    local s_acc = 0\n"
+        "    for j in 0..m - 1 {\n"
+        "      s_acc += e[i, j]\n"
+        "    }\n"
+        "    s[i] = s_acc\n"
+        "    for j in 0..m - 1 {\n"
+        "      y[i, j] = e[i, j] / s_acc\n"
+        "    }\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def test_fuse_a_zero_fill_with_the_nest_that_fills_the_diagonal():
+    g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="c")
+    loops = assert_matches_interpreter(g, "lower-loops,hoist,fuse")
+    # f, the zero fill of dc and the diagonal of dc all run over rows, and dc
+    # reads row i of f only: one nest (dc's rows renamed to f's)
+    assert [k.name for k in loops.kernels] == ["f_dc_fill_dc"]
+    assert kernel_text(loops, "f_dc_fill_dc").endswith(
+        "      f[i, j] = exp(-f_acc)\n"
+        "    }\n"
+        "    for dc_1 in 0..2 {\n"
+        "      dc[i, dc_1] = 0\n"
+        "    }\n"
+        "    local dc_acc = 0\n"
+        "    for dc_z1 in 0..4 {\n"
+        "      for dc_z0 in 0..3 {\n"
+        "        dc_acc += -(df[i, dc_z0] * f[i, dc_z0]) * (a[i, dc_z1] + b[dc_z0, dc_z1])**2\n"
+        "      }\n"
+        "    }\n"
+        "    for dc_1 in max(0, i)..min(2, i) {\n"
+        "      dc[i, dc_1] = dc_acc\n"
+        "    }\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def test_fuse_refuses_to_read_another_iterations_element():
+    # y reads x2 reversed: iteration i needs x2[n - 1 - i], written by another iteration
+    p = tcc.parse("input x[n]\nlocal x2[n]\noutput y[n]\nx2[i] = x[i] * 2\ny[i] = x2[n - 1 - i]\n")
+    loops = assert_matches_interpreter(run_pipeline(p, "infer-ranges"), "lower-loops,fuse")
+    assert [k.name for k in loops.kernels] == ["x2", "y"]
+    # the same at the same index fuses, and y reads the stored value
+    q = tcc.parse("input x[n]\nlocal x2[n]\noutput y[n]\nx2[i] = x[i] * 2\ny[i] = x2[i] + 1\n")
+    loops = assert_matches_interpreter(run_pipeline(q, "infer-ranges"), "lower-loops,fuse")
+    assert kernel_text(loops, "x2_y") == (
+        "kernel x2_y {\n"
+        "  for i in 0..n - 1 {\n"
+        "    let x2_v = x[i] * 2\n"
+        "    x2[i] = x2_v\n"
+        "    y[i] = x2_v + 1\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def test_fuse_refuses_an_anti_dependence_and_a_scalar_result():
+    src = """sizes n
+input x[n]
+output y[n], t[n], s, u
+
+kernel y {
+  for i in 1..n - 1 {
+    y[i] = t[i - 1]
+  }
+}
+
+kernel t {
+  for i in 1..n - 1 {
+    t[i] = x[i]
+  }
+}
+
+kernel s {
+  for i in 0..n - 1 {
+    s += x[i]
+  }
+}
+
+kernel u {
+  for i in 0..n - 1 {
+    u += s * x[i]
+  }
+}
+"""
+    # fused, iteration i of y would read t[i - 1] after iteration i - 1 wrote it
+    out = on_loops(src, "fuse")
+    assert [k.name for k in out.kernels] == ["y", "t", "s", "u"]
+
+
+def test_fuse_renames_what_would_clash():
+    src = """sizes n
+input x[n, n]
+output y[n, n], z[n]
+
+kernel y {
+  for i in 0..n - 1 {
+    let v = x[i, 0]
+    for j in 0..n - 1 {
+      y[i, j] = x[i, j] * v
+    }
+  }
+}
+
+kernel z {
+  for a in 0..n - 1 {
+    let v = 2
+    local acc = 0
+    for i in 0..n - 1 {
+      acc += y[a, i] * v
+    }
+    z[a] = acc
+  }
+}
+"""
+    out = on_loops(src, "fuse")
+    verify_loops(out)
+    assert kernel_text(out, "y_z") == (
+        "kernel y_z {\n"
+        "  for i in 0..n - 1 {\n"
+        "    let v = x[i, 0]\n"
+        "    for j in 0..n - 1 {\n"
+        "      y[i, j] = x[i, j] * v\n"
+        "    }\n"
+        "    let v2 = 2\n"
+        "    local acc = 0\n"
+        "    for i2 in 0..n - 1 {\n"
+        "      acc += y[i, i2] * v2\n"
+        "    }\n"
+        "    z[i] = acc\n"
+        "  }\n"
+        "}\n"
+    )
+    x = np.arange(9.0).reshape(3, 3)
+    got = run_loops(out, {"x": x})
+    np.testing.assert_allclose(got["z"], 2 * (x * x[:, :1]).sum(axis=1))

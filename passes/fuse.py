@@ -1,0 +1,308 @@
+"""``fuse``: consecutive kernels over the same iteration space become one.
+
+``lower-loops`` gives every definition its own loop nest, so a chain of
+element-wise definitions (``e = exp(z)``, ``y = e / s``, a zero-fill and the
+nest that fills the diagonal) walks the same index space several times, and
+every intermediate makes a round trip through memory.  Seed 002 fuses such
+element-wise operations into one kernel.  Here two consecutive kernels fuse
+when each is one loop nest and their ``d`` outermost loops have the same
+ranges (after renaming the second kernel's variables to the first's): the
+result is one nest over those ``d`` loops whose body is the first kernel's
+body followed by the second's.
+
+That is only correct when no iteration of the fused loops needs what another
+iteration of the other kernel does: unfused, *all* of kernel 1 ran before
+kernel 2.  So for every buffer that one kernel writes and the other reads or
+writes, every access in both kernels must touch only elements owned by its
+own fused iteration: for each fused loop ``v_k`` there is an index position
+whose expression is the same in all those accesses and is ``c*v_k + r`` with
+``c != 0`` and ``r`` using only sizes and the fused loops outside ``v_k``.
+This map from fused iterations to elements is one to one (triangular), so
+distinct iterations touch distinct elements.  Kernel 2 reading kernel 1's
+result at another index (``y[i] = x2[i + 1]``), or a 0-d result, fails the
+test, and those kernels stay apart.  A deeper fusion is tried first; when the
+test fails there, fewer loops are fused (the softmax of a product fuses over
+rows even though the row sum reads every column).
+
+When kernel 1 stores ``b[idx] = v`` once per fused iteration, right in the
+fused body, and kernel 2 reads ``b[idx]`` at that very index without writing
+``b``, the read becomes the stored value (a ``let``), saving the load.
+
+Kernel 2's loop variables and scalars are renamed where they would clash
+with kernel 1's (names are only unique per kernel).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+from tcc.ir.expr import Access, Expr, Where, fresh_name, postorder, transform
+from tcc.ir.index import Affine, FloorDiv, Mod
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.hoist import all_writes, bound_inside, loads, map_exprs, program_names
+
+# ---------------------------------------------------------------------------
+# Renaming
+# ---------------------------------------------------------------------------
+
+
+def rename(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:
+    """Rename loop variables and scalars (``let``/``local``) throughout ``body``."""
+    if not names:
+        return tuple(body)
+    sub = {old: Affine.var(new) for old, new in names.items()}
+
+    def aff(items: Iterable[Affine]) -> tuple[Affine, ...]:
+        return tuple(a.substitute(sub) for a in items)
+
+    def node(n: Expr) -> Expr:
+        if isinstance(n, Access):
+            name = names.get(n.tensor, n.tensor) if not n.indices else n.tensor
+            return Access(name, aff(n.indices))
+        if isinstance(n, Where):
+            return Where(n.cond.substitute(sub), n.then, n.other)
+        return n
+
+    def expr(e: Expr) -> Expr:
+        return transform(e, node)
+
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, For):
+            out.append(replace(s, var=names.get(s.var, s.var), lo=aff(s.lo), hi=aff(s.hi), body=rename(s.body, names)))
+        elif isinstance(s, If):
+            out.append(replace(s, cond=s.cond.substitute(sub), then=rename(s.then, names), orelse=rename(s.orelse, names)))
+        elif isinstance(s, Let):
+            out.append(Let(names.get(s.name, s.name), expr(s.value)))
+        elif isinstance(s, Local):
+            out.append(Local(names.get(s.name, s.name), expr(s.init)))
+        elif isinstance(s, Store):
+            out.append(Store(s.buffer, aff(s.indices), expr(s.value)))
+        elif isinstance(s, Accumulate):
+            target = names.get(s.target, s.target) if not s.indices else s.target
+            out.append(Accumulate(target, aff(s.indices), expr(s.value)))
+        else:  # pragma: no cover
+            raise TypeError(s)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Accesses
+# ---------------------------------------------------------------------------
+
+
+def buffer_accesses(body: Sequence[Stmt], buffers: set[str]) -> list[tuple[str, tuple[Affine, ...], bool]]:
+    """``(buffer, indices, is_write)`` for every load, store and accumulate."""
+    out: list[tuple[str, tuple[Affine, ...], bool]] = []
+
+    def expr(e: Expr) -> None:
+        for a in loads(e):
+            if a.tensor in buffers and (a.indices or a.tensor not in scalars):
+                out.append((a.tensor, a.indices, False))
+
+    scalars: set[str] = set()
+
+    def visit(stmts: Sequence[Stmt]) -> None:
+        for s in stmts:
+            if isinstance(s, For):
+                visit(s.body)
+            elif isinstance(s, If):
+                visit(s.then)
+                visit(s.orelse)
+            elif isinstance(s, (Let, Local)):
+                expr(s.value if isinstance(s, Let) else s.init)
+                scalars.add(s.name)
+            elif isinstance(s, Store):
+                expr(s.value)
+                out.append((s.buffer, s.indices, True))
+            elif isinstance(s, Accumulate):
+                expr(s.value)
+                if s.indices or s.target in buffers and s.target not in scalars:
+                    out.append((s.target, s.indices, True))
+                    out.append((s.target, s.indices, False))
+
+    visit(body)
+    return out
+
+
+def owns(ix: Affine, var: str, outer: set[str]) -> bool:
+    """``ix`` is ``c*var + r`` with ``c != 0`` and ``r`` using only ``outer`` names."""
+    if ix.coeff(var) == 0:
+        return False
+    for atom in ix.atoms():
+        if isinstance(atom, (FloorDiv, Mod)) and var in atom.num.names():
+            return False
+    return set(ix.names()) - {var} <= outer
+
+
+def separated(accesses: list[tuple[str, tuple[Affine, ...], bool]], fused: Sequence[str], sizes: set[str]) -> bool:
+    """All accesses (to one buffer) touch only elements owned by their fused iteration."""
+    first = accesses[0][1]
+    if not first:
+        return False
+    used: set[int] = set()
+    for k, v in enumerate(fused):
+        outer = sizes | set(fused[:k])
+        pos = next(
+            (
+                p
+                for p, ix in enumerate(first)
+                if p not in used and owns(ix, v, outer) and all(len(a[1]) == len(first) and a[1][p] == ix for a in accesses)
+            ),
+            None,
+        )
+        if pos is None:
+            return False
+        used.add(pos)
+    return True
+
+
+# ---------------------------------------------------------------------------
+# Fusing two kernels
+# ---------------------------------------------------------------------------
+
+
+def _spine(kernel: Kernel) -> list[For]:
+    """The perfectly nested loops at the top of a kernel (each body one For)."""
+    out: list[For] = []
+    body = kernel.body
+    while len(body) == 1 and isinstance(body[0], For):
+        out.append(body[0])
+        body = body[0].body
+    return out
+
+
+class _Fuser:
+    def __init__(self, program: LoopProgram) -> None:
+        self.sizes = set(program.sizes)
+        self.buffers = {b.name for b in program.buffers}
+        self.taken = program_names(program)
+        self.kernel_names = {k.name for k in program.kernels}
+
+    def fuse(self, k1: Kernel, k2: Kernel) -> Kernel | None:
+        s1, s2 = _spine(k1), _spine(k2)
+        # the common prefix of loops with equal ranges, k2's variables renamed
+        depth = 0
+        names: dict[str, str] = {}
+        while depth < min(len(s1), len(s2)):
+            a, b = s1[depth], s2[depth]
+            sub = {o: Affine.var(n) for o, n in names.items()}
+            if tuple(x.substitute(sub) for x in b.lo) != a.lo or tuple(x.substitute(sub) for x in b.hi) != a.hi:
+                break
+            names[b.var] = a.var
+            depth += 1
+        for d in range(depth, 0, -1):
+            fused = self.try_depth(k1, k2, s1, s2, d)
+            if fused is not None:
+                return fused
+        return None
+
+    def try_depth(self, k1: Kernel, k2: Kernel, s1: list[For], s2: list[For], d: int) -> Kernel | None:
+        fused_vars = [l.var for l in s1[:d]]
+        body1 = s1[d - 1].body
+        # rename k2: fused variables to k1's, clashing names to fresh ones
+        # (siblings may share names; a name in scope at the join may not be reused)
+        clash = set(fused_vars) | {st.name for st in body1 if isinstance(st, (Let, Local))}
+        names = {l2.var: l1.var for l1, l2 in zip(s1[:d], s2[:d])}
+        for n in sorted(bound_inside(s2[d - 1].body)):
+            if n in clash:
+                fresh = fresh_name(n, self.taken)
+                self.taken.add(fresh)
+                names[n] = fresh
+        body2 = rename(s2[d - 1].body, names)
+        # dependences between the two bodies must stay inside one fused iteration
+        acc1 = buffer_accesses(body1, self.buffers)
+        acc2 = buffer_accesses(body2, self.buffers)
+        w1 = {n for n, _, w in acc1 if w}
+        w2 = {n for n, _, w in acc2 if w}
+        r1 = {n for n, _, w in acc1 if not w}
+        r2 = {n for n, _, w in acc2 if not w}
+        shared = (w1 & (r2 | w2)) | (w2 & r1)
+        for b in sorted(shared):
+            both = [a for a in acc1 + acc2 if a[0] == b]
+            if not separated(both, fused_vars, self.sizes):
+                return None
+        body1, body2 = self.forward(body1, body2, w2)
+        inner: tuple[Stmt, ...] = body1 + body2
+        for l in reversed(s1[:d]):
+            inner = (replace(l, body=inner, parallel=False),)
+        name = fresh_name(f"{k1.name}_{k2.name}", self.kernel_names)
+        self.kernel_names.add(name)
+        return Kernel(name, inner)
+
+    def forward(self, body1: tuple[Stmt, ...], body2: tuple[Stmt, ...], w2: set[str]) -> tuple[tuple[Stmt, ...], tuple[Stmt, ...]]:
+        """Reads in ``body2`` of an element that ``body1`` stored, at the very
+        same index, become the stored value (through a ``let``)."""
+        writes = [s for s in _all(body1) if isinstance(s, (Store, Accumulate)) and s.indices]
+        out1: list[Stmt] = []
+        for k, s in enumerate(body1):
+            if isinstance(s, Store) and s.buffer not in w2 and _only_write(writes, s):
+                target = Access(s.buffer, s.indices)
+                if any(target in set(postorder(e)) for e in _exprs(body2)):
+                    value = s.value
+                    declared = {st.name for st in out1 if isinstance(st, (Let, Local))}
+                    if not (
+                        isinstance(value, Access)
+                        and not value.indices
+                        and value.tensor in declared
+                        and value.tensor not in all_writes(body1[k + 1 :])
+                    ):
+                        let = fresh_name(f"{s.buffer}_v", self.taken)
+                        self.taken.add(let)
+                        out1.append(Let(let, value))
+                        value = Access(let, ())
+                        s = Store(s.buffer, s.indices, value)
+                    body2 = map_exprs(body2, lambda e, t=target, v=value: transform(e, lambda n: v if n is t else n))
+            out1.append(s)
+        return tuple(out1), body2
+
+
+def _all(body: Sequence[Stmt]) -> Iterable[Stmt]:
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from _all(s.body)
+        elif isinstance(s, If):
+            yield from _all(s.then)
+            yield from _all(s.orelse)
+
+
+def _only_write(writes: list[Stmt], store: Store) -> bool:
+    return sum(1 for w in writes if (w.buffer if isinstance(w, Store) else w.target) == store.buffer) == 1  # type: ignore[union-attr]
+
+
+def _exprs(body: Sequence[Stmt]) -> Iterable[Expr]:
+    for s in _all(body):
+        if isinstance(s, Let):
+            yield s.value
+        elif isinstance(s, Local):
+            yield s.init
+        elif isinstance(s, (Store, Accumulate)):
+            yield s.value
+
+
+def fuse_program(program: LoopProgram) -> LoopProgram:
+    fuser = _Fuser(program)
+    out: list[Kernel] = []
+    for k in program.kernels:
+        if out:
+            fused = fuser.fuse(out[-1], k)
+            if fused is not None:
+                out[-1] = fused
+                continue
+        out.append(k)
+    return replace(program, kernels=tuple(out))
+
+
+@dataclass(frozen=True)
+class Fuse(Pass):
+    """Fuse consecutive kernels whose outer loops have the same ranges when no
+    fused iteration touches what another iteration of the other kernel does."""
+
+    name = "fuse"
+    level = Level.LOOPS
+    summary = "consecutive kernels over the same outer loops become one nest when every dependence stays in its iteration"
+
+    def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
+        return fuse_program(program)
