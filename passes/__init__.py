@@ -35,4 +35,5 @@ BUILTIN_PASSES: dict[str, str] = {
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
     "hoist": "tcc.passes.hoist:Hoist",
     "fuse": "tcc.passes.fuse:Fuse",
+    "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",
 }

@@ -33,6 +33,7 @@ PIPELINES = [
     "lower-loops,fuse",
     "lower-loops,hoist",
     "lower-loops,hoist,fuse",
+    "lower-loops,hoist,fuse,reuse-buffers",
 ]
 
 
@@ -557,3 +558,76 @@ kernel z {
     x = np.arange(9.0).reshape(3, 3)
     got = run_loops(out, {"x": x})
     np.testing.assert_allclose(got["z"], 2 * (x * x[:, :1]).sum(axis=1))
+
+
+# ---------------------------------------------------------------------------
+# reuse-buffers
+# ---------------------------------------------------------------------------
+
+
+def test_reuse_buffers_shares_temps_with_disjoint_lifetimes():
+    p = tcc.parse("input x[n, m], w[m]\nf[i, j] = x[i, j] * sum[k](w[k] * x[0, k])\n")
+    g = tcc.grad(p, of="f", wrt="x,w")
+    before = lower(g, "lower-loops,hoist,fuse")
+    assert "temp dx_t, dx_t2, dw_t\n" in str(before)
+    loops = assert_matches_interpreter(g, "lower-loops,hoist,fuse,reuse-buffers")
+    # dx_t and dx_t2 are both alive in kernel dx; dw_t is born after dx_t died
+    assert "temp dx_t, dx_t2\n" in str(loops)
+    assert "  dx_t = dw_acc\n" in kernel_text(loops, "dw_t")
+    assert "let dw_acc = dx_t\n" in kernel_text(loops, "dw")
+
+
+def test_reuse_buffers_needs_equal_shapes_and_only_touches_temps():
+    src = """sizes n, m
+input x[n], y[m]
+output r[n], q[m]
+local l[n]
+temp t1[n], t2[m], t3[n], t4[n]
+
+kernel a {
+  for i in 0..n - 1 {
+    t1[i] = x[i]
+  }
+}
+
+kernel b {
+  for i in 0..n - 1 {
+    l[i] = t1[i] + 1
+  }
+}
+
+kernel c {
+  for i in 0..m - 1 {
+    t2[i] = y[i]
+  }
+}
+
+kernel d {
+  for i in 0..m - 1 {
+    q[i] = t2[i] * 2
+  }
+}
+
+kernel e {
+  for i in 0..n - 1 {
+    t3[i] = l[i] * 3
+  }
+}
+
+kernel f {
+  for i in 0..n - 1 {
+    r[i] = t3[i] + x[i]
+  }
+}
+"""
+    out = on_loops(src, "reuse-buffers")
+    verify_loops(out)
+    # t3 takes t1's place; t2 has another shape; t4 is never used; l is a result
+    assert "temp t1[n], t2[m]\n" in str(out)
+    assert "local l[n]\n" in str(out)
+    assert "t1[i] = l[i] * 3" in kernel_text(out, "e")
+    assert "r[i] = t1[i] + x[i]" in kernel_text(out, "f")
+    x, y = np.arange(3.0), np.arange(2.0)
+    got = run_loops(out, {"x": x, "y": y})
+    np.testing.assert_allclose(got["r"], (x + 1) * 3 + x)
+    np.testing.assert_allclose(got["q"], 2 * y)
