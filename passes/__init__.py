@@ -36,4 +36,5 @@ BUILTIN_PASSES: dict[str, str] = {
     "hoist": "tcc.passes.hoist:Hoist",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",
+    "parallel": "tcc.passes.parallel:Parallel",
 }

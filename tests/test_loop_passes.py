@@ -33,7 +33,9 @@ PIPELINES = [
     "lower-loops,fuse",
     "lower-loops,hoist",
     "lower-loops,hoist,fuse",
+    "lower-loops,parallel",
     "lower-loops,hoist,fuse,reuse-buffers",
+    "lower-loops,hoist,fuse,reuse-buffers,parallel",
 ]
 
 
@@ -631,3 +633,102 @@ kernel f {
     got = run_loops(out, {"x": x, "y": y})
     np.testing.assert_allclose(got["r"], (x + 1) * 3 + x)
     np.testing.assert_allclose(got["q"], 2 * y)
+
+
+# ---------------------------------------------------------------------------
+# parallel
+# ---------------------------------------------------------------------------
+
+
+def test_parallel_marks_every_gradient_kernel_of_urban():
+    g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="a,b,c,d")
+    loops = assert_matches_interpreter(g, "lower-loops,hoist,fuse,reuse-buffers,parallel")
+    # gathers: one element (row) per iteration, reading inputs and f only
+    assert all(k.parallel_loop is not None for k in loops.kernels)
+    assert str(loops).count("parallel for") == len(loops.kernels) == 4
+
+
+def test_parallel_leaves_a_scalar_reduction_serial():
+    p = run_pipeline(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("logistic_regression")]), "infer-ranges")
+    loops = assert_matches_interpreter(p, "lower-loops,hoist,fuse,reuse-buffers,parallel")
+    assert kernel_text(loops, "z").startswith("kernel z {\n  parallel for i in 0..m - 1 {\n")
+    # f = sum[i](...) is one kernel of three statements (local, loop, store)
+    assert "parallel" not in kernel_text(loops, "f")
+
+
+RACY = {
+    "two writes": "y[i] = x[i]\n    y[i + 1] = x[i]",
+    "read of another element": "y[i] = x[i]\n    z[i] = y[i - 1]",
+    "0-d result": "s += x[i]",
+    "floor division": "y[i // 2] = x[i]",
+    "inner variable": "for k in 0..1 {\n      y[i + k] = x[i]\n    }",
+    "constant index": "y[0] = x[i]",
+}
+
+
+@pytest.mark.parametrize("body", list(RACY.values()), ids=list(RACY))
+def test_parallel_refuses_racy_loops(body):
+    src = f"""sizes n
+input x[n]
+output y[n + 1], z[n], s
+
+kernel k {{
+  for i in 1..n - 1 {{
+    {body}
+  }}
+}}
+"""
+    out = on_loops(src, "parallel")
+    assert "parallel" not in str(out)
+
+
+def test_parallel_marks_only_one_loop_kernels_and_separating_indices():
+    src = """sizes n
+input x[n], A[n, n]
+output y[n, n], z[n], t[n]
+
+kernel a {
+  for i in 0..n - 1 {
+    for j in 0..n - 1 {
+      y[j, 2*i - i] = A[i, j]
+      y[j, i] += x[j] * y[j, i]
+    }
+  }
+}
+
+kernel b {
+  local c = 0
+  for i in 0..n - 1 {
+    z[i] = x[i]
+  }
+}
+
+kernel c {
+  for i in 0..n - 1 {
+    t[n - 1 - i] = x[i]
+  }
+}
+"""
+    out = on_loops(src, "parallel")
+    verify_loops(out)
+    assert kernel_text(out, "a").startswith("kernel a {\n  parallel for i in 0..n - 1 {\n")
+    assert "parallel" not in kernel_text(out, "b")
+    assert kernel_text(out, "c").startswith("kernel c {\n  parallel for i in 0..n - 1 {\n")
+
+
+def test_the_evaluator_catches_a_race():
+    from loop_eval import RaceError
+
+    src = """sizes n
+input x[n]
+output y[n]
+
+kernel k {
+  parallel for i in 1..n - 1 {
+    y[i] = x[i]
+    y[i - 1] = x[i]
+  }
+}
+"""
+    with pytest.raises(RaceError):
+        run_loops(parse_loop_program(src), {"x": np.ones(4)})
