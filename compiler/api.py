@@ -152,10 +152,12 @@ def check(
     sizes: Mapping[str, int] | None = None,
     low: float = 0.25,
     high: float = 0.75,
+    target: str = "cpu",
 ) -> list:
     """Finite-difference check of ``d of / d wrt`` (see :func:`tcc.fdcheck.check_gradients`)."""
     from tcc.fdcheck import check_gradients
 
     return check_gradients(
-        _program(program_or_text), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low, high=high
+        _program(program_or_text), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low, high=high,
+        target=target,
     )

@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tol", type=float, default=1e-6, help="tolerance on the normwise relative error (default 1e-6)")
     c.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
     c.add_argument("--sizes", metavar="n=4,m=3", help="bind size names (default 5, 4, 6, 3, 7, ... in order)")
+    c.add_argument("--target", choices=TARGETS + ["reference"], default="cpu",
+                   help="evaluate with compiled code (cpu, the default) or the reference interpreter")
 
     r = sub.add_parser("run", help="evaluate every definition")
     r.add_argument("file", metavar="FILE")
@@ -255,7 +257,8 @@ def cmd_check(session: _Session, args: argparse.Namespace) -> int:
     wrt = _names(args.wrt, "--wrt")
     sizes = _parse_sizes(args.sizes)
     program = session.load(args.file)
-    results = check_gradients(program, args.of, wrt, seed=args.seed, eps=args.eps, tol=args.tol, sizes=sizes)
+    results = check_gradients(program, args.of, wrt, seed=args.seed, eps=args.eps, tol=args.tol, sizes=sizes,
+                              target=args.target)
     for r in results:
         print(r)
     worst = max((r.max_rel_error for r in results), default=0.0)

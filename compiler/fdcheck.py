@@ -103,6 +103,7 @@ def check_gradients(
     sizes: Mapping[str, int] | None = None,
     low: float = 0.25,
     high: float = 0.75,
+    target: str = "cpu",
 ) -> list[CheckResult]:
     """Check ``d of / d x`` for each x in ``wrt`` against central differences.
 
@@ -110,6 +111,11 @@ def check_gradients(
     are drawn uniform in [low, high] with ``numpy.random.default_rng(seed)``;
     ``sizes`` binds size names (missing ones get :func:`default_sizes`).
     Returns one :class:`CheckResult` per wrt tensor, in wrt order.
+
+    ``target="cpu"`` (the default) checks the code a user would run: the
+    derivative program and the function itself are compiled (float64), so a
+    wrong lowering fails the check just like a wrong derivative.
+    ``target="reference"`` evaluates both with the reference interpreter.
     """
     from tcc.interpreter import evaluate
 
@@ -170,10 +176,23 @@ def check_gradients(
     def pack(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         return {k: (float(v) if v.ndim == 0 else v) for k, v in arrays.items()}
 
-    analytic_all = evaluate(deriv, pack({**inputs, seed_decl.name: seed_arr}), np.float64)
+    if target == "reference":
+        def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+            return evaluate(program, pack(arrays), np.float64)
+    elif target == "cpu":
+        from tcc.build import build
+
+        compiled = {id(src): build(src), id(deriv): build(deriv)}
+
+        def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+            return compiled[id(program)](**{k: np.require(v, np.float64, "C") for k, v in arrays.items()})
+    else:
+        raise TccError(f"unknown check target '{target}' (choose cpu or reference)")
+
+    analytic_all = run(deriv, {**inputs, seed_decl.name: seed_arr})
 
     def loss(arrays: Mapping[str, np.ndarray]) -> float:
-        f = evaluate(src, pack(arrays), np.float64)[of]
+        f = run(src, arrays)[of]
         return float(np.sum(seed_arr * f))
 
     results = []
