@@ -29,7 +29,12 @@ work to the outermost place where its value is the same:
    O(m n^3).  A reduction that depends on no loop at all, in a kernel that is
    one loop nest, also becomes its own kernel (a scalar temp): moving it in
    front of the loop would keep the runtime from splitting that loop over
-   threads (:attr:`Kernel.parallel_loop`).
+   threads (:attr:`Kernel.parallel_loop`).  An *expensive* ``let`` (a libm
+   call such as ``exp``, or ``**`` with a non-integer exponent) that skips an
+   enclosing loop is extracted the same way (option ``extract-lets``): in the
+   logistic-regression Hessian ``exp(-y[i] * (X w)[i])`` then costs m calls,
+   not m n^2.  Lets the reduction or let reads are recomputed in the new
+   kernel; lets nobody reads any more afterwards are dropped.
 
 Moving code must not make it run where it did not run before *and fail*:
 code in front of a loop runs even when the loop runs zero times, and an
@@ -585,8 +590,9 @@ class _Frame:
 class _Extract:
     """Step b: split reductions off into kernels that fill temps."""
 
-    def __init__(self, program: LoopProgram, checker: BoundsChecker, taken: set[str]) -> None:
+    def __init__(self, program: LoopProgram, checker: BoundsChecker, taken: set[str], lets: bool) -> None:
         self.program = program
+        self.lets = lets
         self.sizes = set(program.sizes)
         self.buffers = {b.name for b in program.buffers}
         self.checker = checker
@@ -607,7 +613,7 @@ class _Extract:
 
     def find(self, kernel: Kernel, refused: dict[int, Stmt]):
         written = stored_buffers(kernel.body, self.buffers)
-        for path, unit, block_before, block_after in _reductions(kernel.body):
+        for path, unit, block_before, block_after in _reductions(kernel.body, lets=self.lets):
             if id(unit.stmts[0]) in refused:
                 continue
             done = None
@@ -732,22 +738,39 @@ def _in_order(needed: list[Let], path: list[_Frame], block_before: tuple[Stmt, .
     return [s for s in order if id(s) in ids]  # type: ignore[misc]
 
 
-def _reductions(body: tuple[Stmt, ...], path: list[_Frame] | None = None):
-    """Every reduction unit, pre-order, with its enclosing frames and the
-    statements before it in its block."""
+#: Unary functions that cost far more than a load (a libm call or more).
+EXPENSIVE_FUNCTIONS = frozenset(
+    {"exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid"}
+)
+
+
+def expensive(e: Expr) -> bool:
+    """Worth a temp: a libm function, or ``**`` with an exponent that is not a small integer."""
+    for n in postorder(e):
+        if isinstance(n, Unary) and n.op in EXPENSIVE_FUNCTIONS:
+            return True
+        if isinstance(n, Binary) and n.op == "**":
+            if not (isinstance(n.rhs, Const) and float(n.rhs.value).is_integer() and abs(n.rhs.value) <= 4):
+                return True
+    return False
+
+
+def _reductions(body: tuple[Stmt, ...], path: list[_Frame] | None = None, lets: bool = False):
+    """Every reduction unit (and with ``lets``, every expensive let), pre-order,
+    with its enclosing frames and the statements before and after it in its block."""
     path = path or []
     before: list[Stmt] = []
     parts = units(body)
     for k, u in enumerate(parts):
-        if u.kind == "reduction":
+        if u.kind == "reduction" or (lets and u.kind == "let" and expensive(u.stmts[0].value)):  # type: ignore[union-attr]
             yield path, u, tuple(before), tuple(s for v in parts[k + 1 :] for s in v.stmts)
         for s in u.stmts:
             visible = tuple(x for x in before if isinstance(x, (Let, Local)))
             if isinstance(s, For):
-                yield from _reductions(s.body, path + [_Frame(s, "", visible)])
+                yield from _reductions(s.body, path + [_Frame(s, "", visible)], lets)
             elif isinstance(s, If):
-                yield from _reductions(s.then, path + [_Frame(s, "then", visible)])
-                yield from _reductions(s.orelse, path + [_Frame(s, "else", visible)])
+                yield from _reductions(s.then, path + [_Frame(s, "then", visible)], lets)
+                yield from _reductions(s.orelse, path + [_Frame(s, "else", visible)], lets)
             before.append(s)
 
 
@@ -771,11 +794,60 @@ def _replace_unit(body: tuple[Stmt, ...], unit: _Unit, new: Stmt) -> tuple[Stmt,
 
 
 # ---------------------------------------------------------------------------
+# Dead scalars
+# ---------------------------------------------------------------------------
+
+
+def names_read_anywhere(body: Sequence[Stmt]) -> set[str]:
+    """Every name any expression, index, bound or test in ``body`` mentions."""
+    out: set[str] = set()
+    for s in _walk(body):
+        if isinstance(s, For):
+            out |= affine_names(s.lo + s.hi)
+        elif isinstance(s, If):
+            out.update(s.cond.names())
+        elif isinstance(s, Let):
+            out |= expr_names(s.value)
+        elif isinstance(s, Local):
+            out |= expr_names(s.init)
+        elif isinstance(s, (Store, Accumulate)):
+            out |= expr_names(s.value) | affine_names(s.indices)
+    return out
+
+
+def prune_dead(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """Drop lets and reductions whose value nobody reads (extraction leaves
+    ``let s = t[j]`` behind when only an extracted let used ``s``)."""
+    while True:
+        read = names_read_anywhere(body)
+        pruned = _prune(body, read)
+        if pruned == body:
+            return body
+        body = pruned
+
+
+def _prune(body: tuple[Stmt, ...], read: set[str]) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for u in units(body):
+        if u.kind != "other" and u.name not in read:
+            continue
+        for s in u.stmts:
+            if isinstance(s, For):
+                s = replace(s, body=_prune(s.body, read))
+            elif isinstance(s, If):
+                s = replace(s, then=_prune(s.then, read), orelse=_prune(s.orelse, read))
+            out.append(s)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
 # The pass
 # ---------------------------------------------------------------------------
 
 
-def hoist_program(program: LoopProgram, factor: bool = True, licm: bool = True, extract: bool = True) -> LoopProgram:
+def hoist_program(
+    program: LoopProgram, factor: bool = True, licm: bool = True, extract: bool = True, extract_lets: bool = True
+) -> LoopProgram:
     checker = BoundsChecker(program)
     taken = program_names(program)
     top = program_facts(program.sizes)
@@ -794,11 +866,11 @@ def hoist_program(program: LoopProgram, factor: bool = True, licm: bool = True, 
         kernels.append(replace(k, body=body))
     temps: list[Buffer] = []
     if extract:
-        ex = _Extract(program, checker, taken)
+        ex = _Extract(program, checker, taken, extract_lets)
         out: list[Kernel] = []
         for k in kernels:
             out.extend(ex.kernels(k))
-        kernels = out
+        kernels = [replace(k, body=prune_dead(k.body)) for k in out]
         temps = ex.temps
     return replace(program, buffers=program.buffers + tuple(temps), kernels=tuple(kernels))
 
@@ -810,7 +882,7 @@ class Hoist(Pass):
     reductions that skip an enclosing loop into kernels filling temps.
 
     Each step can be switched off (``hoist{extract=false}``) to see what the
-    others do on their own.
+    others do on their own; ``extract-lets=false`` extracts reductions only.
     """
 
     name = "hoist"
@@ -820,6 +892,7 @@ class Hoist(Pass):
     factor: bool = True
     licm: bool = True
     extract: bool = True
+    extract_lets: bool = True
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
-        return hoist_program(program, self.factor, self.licm, self.extract)
+        return hoist_program(program, self.factor, self.licm, self.extract, self.extract_lets)

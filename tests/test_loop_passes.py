@@ -109,7 +109,7 @@ def test_loop_passes_are_idempotent_and_deterministic(path):
 
 
 def test_pass_options_print_and_parse_back():
-    for spec in ["hoist", "hoist{extract=false}", "hoist{factor=false licm=false}"]:
+    for spec in ["hoist", "hoist{extract=false}", "hoist{factor=false licm=false}", "hoist{extract-lets=false}"]:
         (p,) = parse_pipeline(spec)
         assert p.spec() == spec
         assert p.level is Level.LOOPS
@@ -140,7 +140,7 @@ def test_hoist_makes_the_logistic_regression_hessian_cheaper():
     assert depth(before.kernels[0].body) == 4
     # after: X w is its own kernel over the examples, O(m n); the Hessian
     # product is a nest of depth 3, O(m n^2), that reads it
-    assert "temp dw2_t[m]" in str(after)
+    assert "temp dw2_t[m], dw2_t2[m]\n" in str(after)
     assert kernel_text(after, "dw2_t") == (
         "kernel dw2_t {\n"
         "  for dw2_z0 in 0..m - 1 {\n"
@@ -152,9 +152,20 @@ def test_hoist_makes_the_logistic_regression_hessian_cheaper():
         "  }\n"
         "}\n"
     )
+    # the exp of the margin depends on the example only: m exps, not m n^2
+    assert kernel_text(after, "dw2_t2") == (
+        "kernel dw2_t2 {\n"
+        "  for dw2_z0 in 0..m - 1 {\n"
+        "    let dw2_v = -y[dw2_z0]\n"
+        "    let dw2_acc2 = dw2_t[dw2_z0]\n"
+        "    let dw2_v3 = exp(dw2_v * dw2_acc2)\n"
+        "    dw2_t2[dw2_z0] = dw2_v3\n"
+        "  }\n"
+        "}\n"
+    )
     dw2 = kernel_text(after, "dw2")
-    assert "let dw2_acc2 = dw2_t[dw2_z0]" in dw2
-    assert "for j " not in dw2
+    assert "let dw2_v3 = dw2_t2[dw2_z0]" in dw2
+    assert "for j " not in dw2 and "exp(" not in dw2
     assert depth(after.kernels[-1].body) == 3
     # and ddw[dw2_z1] is multiplied once per dw2_z1, not once per (dw2_z1, dw2_z0)
     assert "dw2_acc += dw2_acc3 * ddw[dw2_z1]" in dw2
