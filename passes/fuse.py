@@ -40,7 +40,7 @@ from tcc.ir.expr import Access, Expr, Where, fresh_name, postorder, transform
 from tcc.ir.index import Affine, FloorDiv, Mod
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import all_writes, bound_inside, loads, map_exprs, program_names
+from tcc.passes.hoist import all_writes, bound_inside, loads, map_exprs, program_names, rename_reads
 
 # ---------------------------------------------------------------------------
 # Renaming
@@ -254,6 +254,7 @@ class _Fuser:
                         value = Access(let, ())
                         s = Store(s.buffer, s.indices, value)
                     body2 = map_exprs(body2, lambda e, t=target, v=value: transform(e, lambda n: v if n is t else n))
+                    body2 = _drop_copies(body2, value)
             out1.append(s)
         return tuple(out1), body2
 
@@ -266,6 +267,19 @@ def _all(body: Sequence[Stmt]) -> Iterable[Stmt]:
         elif isinstance(s, If):
             yield from _all(s.then)
             yield from _all(s.orelse)
+
+
+def _drop_copies(body: tuple[Stmt, ...], value: Access) -> tuple[Stmt, ...]:
+    """``let c = v`` at the top of ``body`` (``v`` the forwarded scalar) goes; reads of ``c`` read ``v``."""
+    out: list[Stmt] = []
+    rest = list(body)
+    while rest:
+        s = rest.pop(0)
+        if isinstance(s, Let) and s.value is value:
+            rest = list(rename_reads(tuple(rest), s.name, value.tensor))
+            continue
+        out.append(s)
+    return tuple(out)
 
 
 def _only_write(writes: list[Stmt], store: Store) -> bool:
