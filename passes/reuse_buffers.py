@@ -13,8 +13,11 @@ locals are returned.  Shapes must be equal as affine expressions of the
 sizes (``n`` and ``n`` share, ``n`` and ``m`` do not even when equal at run
 time).  The assignment is the greedy interval colouring: temps in order of
 their first kernel, each takes the first free buffer of its shape (the one
-that has been dead longest), so the result is deterministic.  A temp that no
-kernel touches is dropped.
+that has been dead longest), so the result is deterministic.
+
+A temp that no kernel reads is dropped with the stores into it: after
+``fuse`` forwards a stored value to the kernel that used to load it, the
+store is all that is left of it.
 """
 from __future__ import annotations
 
@@ -68,7 +71,34 @@ def lifetimes(program: LoopProgram, names: set[str]) -> dict[str, tuple[int, int
     return out
 
 
+def drop_unread_temps(program: LoopProgram) -> LoopProgram:
+    """Remove the temps no kernel reads, and the stores into them."""
+    temps = {b.name for b in program.by_role("temp")}
+    read: set[str] = set()
+    for k in program.kernels:
+        read |= read_names(k.body)
+    dead = temps - read
+    if not dead:
+        return program
+    kernels = tuple(Kernel(k.name, _drop_writes(k.body, dead)) for k in program.kernels)
+    return replace(program, buffers=tuple(b for b in program.buffers if b.name not in dead), kernels=kernels)
+
+
+def _drop_writes(body: Sequence[Stmt], dead: set[str]) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Store) and s.buffer in dead or isinstance(s, Accumulate) and s.target in dead:
+            continue
+        if isinstance(s, For):
+            s = replace(s, body=_drop_writes(s.body, dead))
+        elif isinstance(s, If):
+            s = replace(s, then=_drop_writes(s.then, dead), orelse=_drop_writes(s.orelse, dead))
+        out.append(s)
+    return tuple(out)
+
+
 def reuse_buffers(program: LoopProgram) -> LoopProgram:
+    program = drop_unread_temps(program)
     temps = program.by_role("temp")
     if not temps:
         return program

@@ -743,3 +743,54 @@ kernel k {
 """
     with pytest.raises(RaceError):
         run_loops(parse_loop_program(src), {"x": np.ones(4)})
+
+
+# ---------------------------------------------------------------------------
+# All four together
+# ---------------------------------------------------------------------------
+
+
+def test_the_whole_l2_pipeline_on_the_logistic_regression_hessian():
+    p = tcc.parse(INLINE_LOGISTIC)
+    h = tcc.grad(tcc.grad(p, of="f", wrt="w"), of="dw", wrt="w")
+    loops = assert_matches_interpreter(h, "lower-loops,hoist,fuse,reuse-buffers,parallel", {"m": 4, "n": 3})
+    # hoist makes X w and exp(-y * X w) temps over the examples, fuse puts
+    # both in one kernel and forwards X w to the exp, reuse-buffers drops the
+    # temp for X w that nobody reads any more, parallel marks both kernels
+    assert str(loops) == (
+        "# tcc loops\n"
+        "sizes m, n\n"
+        "input X[m, n], w[n], y[m], df, ddw[n]\n"
+        "output dw2[n]\n"
+        "temp dw2_t2[m]\n"
+        "\n"
+        "kernel dw2_t_dw2_t2 {\n"
+        "  parallel for dw2_z0 in 0..m - 1 {\n"
+        "    local dw2_acc2 = 0\n"
+        "    for j in 0..n - 1 {\n"
+        "      dw2_acc2 += X[dw2_z0, j] * w[j]\n"
+        "    }\n"
+        "    let dw2_v = -y[dw2_z0]\n"
+        "    let dw2_v3 = exp(dw2_v * dw2_acc2)\n"
+        "    dw2_t2[dw2_z0] = dw2_v3\n"
+        "  }\n"
+        "}\n"
+        "\n"
+        "kernel dw2 {\n"
+        "  parallel for dw2_0 in 0..n - 1 {\n"
+        "    local dw2_acc = 0\n"
+        "    for dw2_z1 in 0..n - 1 {\n"
+        "      local dw2_acc3 = 0\n"
+        "      for dw2_z0 in 0..m - 1 {\n"
+        "        let dw2_v = -y[dw2_z0]\n"
+        "        let dw2_v2 = X[dw2_z0, dw2_z1] * df * dw2_v\n"
+        "        let dw2_v3 = dw2_t2[dw2_z0]\n"
+        "        let dw2_v4 = 1 + dw2_v3\n"
+        "        dw2_acc3 += (dw2_v2 * (1 / dw2_v4) + -(dw2_v2 * dw2_v3 / dw2_v4**2)) * dw2_v3 * dw2_v * X[dw2_z0, dw2_0]\n"
+        "      }\n"
+        "      dw2_acc += dw2_acc3 * ddw[dw2_z1]\n"
+        "    }\n"
+        "    dw2[dw2_0] = dw2_acc\n"
+        "  }\n"
+        "}\n"
+    )
