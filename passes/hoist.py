@@ -488,11 +488,23 @@ def _replace_stmt(root: Stmt, old: Stmt, new: Stmt) -> Stmt:
 
 
 class _Licm:
-    """Step a over one kernel, innermost loops first."""
+    """Step a over one kernel, innermost loops first.
 
-    def __init__(self, checker: BoundsChecker) -> None:
+    ``unique``: names declared exactly once in the kernel (lets, locals, loop
+    variables).  Only those move: a name also declared in a sibling block
+    could meet its twin in the block it moves to (``lower-loops`` makes every
+    name unique, hand-written L2 need not).
+    """
+
+    def __init__(self, checker: BoundsChecker, body: tuple[Stmt, ...]) -> None:
         self.checker = checker
         self.moved = 0
+        counts: dict[str, int] = {}
+        for s in _walk(body):
+            if isinstance(s, (Let, Local, For)):
+                n = s.var if isinstance(s, For) else s.name
+                counts[n] = counts.get(n, 0) + 1
+        self.unique = {n for n, c in counts.items() if c == 1}
 
     def block(self, body: tuple[Stmt, ...], facts: Facts, pinned: bool = False) -> tuple[Stmt, ...]:
         """``pinned``: the block is a kernel body that is one loop nest; nothing
@@ -523,7 +535,7 @@ class _Licm:
         staying = [True] * len(parts)
         hoisted: list[Stmt] = []
         for k, u in enumerate(parts):
-            if u.kind == "other":
+            if u.kind == "other" or u.name not in self.unique:
                 continue
             others = set().union(*(w for j, w in enumerate(writes) if staying[j] and j != k))
             used = read_names(u.stmts)
@@ -856,13 +868,13 @@ def hoist_program(
         body = k.body
         pinned = len(body) == 1 and isinstance(body[0], For)
         if licm:
-            body = _Licm(checker).block(body, top, pinned=pinned)
+            body = _Licm(checker, body).block(body, top, pinned=pinned)
         if factor:
             # after a first licm: a factor computed by a let inside the loop
             # (``let v = s[i]**2`` in a loop over j) is invariant only outside it
             body = _Factor(checker, taken).block(body, top, frozenset())
         if licm and factor:
-            body = _Licm(checker).block(body, top, pinned=pinned)
+            body = _Licm(checker, body).block(body, top, pinned=pinned)
         kernels.append(replace(k, body=body))
     temps: list[Buffer] = []
     if extract:

@@ -794,3 +794,28 @@ def test_the_whole_l2_pipeline_on_the_logistic_regression_hessian():
         "  }\n"
         "}\n"
     )
+
+
+def test_licm_leaves_names_that_are_declared_twice():
+    # hand-written L2 may reuse a name in sibling blocks; both lets moving
+    # into the i loop's body would declare v twice in one block
+    src = """sizes n
+input x[n]
+output y[n, n], z[n, n]
+
+kernel k {
+  for i in 0..n - 1 {
+    for j in 0..n - 1 {
+      let v = x[i] * 2
+      y[i, j] = v
+    }
+    for j in 0..n - 1 {
+      let v = x[i] * 3
+      z[i, j] = v
+    }
+  }
+}
+"""
+    out = on_loops(src, "hoist")
+    verify_loops(out)
+    assert str(out) == str(parse_loop_program(src))
