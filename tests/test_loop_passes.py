@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, note, settings
 
 import tcc
+from tcc.diagnostics import TccError
 from tcc.interpreter import evaluate
 from tcc.ir.loops import For, LoopProgram
 from tcc.ir.loops_parser import parse_loop_program
@@ -25,6 +27,7 @@ from tcc.pipeline import parse_pipeline, run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loop_eval import run_loops  # noqa: E402
+from test_autodiff_properties import inferred_programs, programs  # noqa: E402
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.tcc"))
 SIZES = {"n": 4, "m": 3, "p": 2, "r": 2, "h": 5, "w": 6}
@@ -819,3 +822,42 @@ kernel k {
     out = on_loops(src, "hoist")
     verify_loops(out)
     assert str(out) == str(parse_loop_program(src))
+
+
+# ---------------------------------------------------------------------------
+# Random programs (the generators of test_autodiff_properties)
+# ---------------------------------------------------------------------------
+
+RANDOM = settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
+
+
+def _random_case(text: str, wrt, sizes) -> None:
+    note(text)
+    p = run_pipeline(tcc.parse(text), "infer-ranges")
+    g = tcc.grad(p, of="f", wrt=wrt)
+    note(str(g))
+    for program in (p, g):
+        assert_matches_interpreter(program, PIPELINES[-1], sizes or {})
+
+
+@RANDOM
+@given(programs())
+def test_random_programs_and_gradients_through_the_l2_passes(prog):
+    text, wrt = prog
+    _random_case(text, wrt, None)
+
+
+@RANDOM
+@given(inferred_programs())
+def test_random_symbolic_programs_and_gradients_through_the_l2_passes(prog):
+    text, wrt, sizes = prog
+    try:
+        tcc.transform(text, "infer-ranges")
+    except TccError:
+        assume(False)
+    _random_case(text, wrt, sizes)
