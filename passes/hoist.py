@@ -48,6 +48,10 @@ bounds only because the loop it leaves runs at least once (``x[0, k]`` inside
 where(n >= 1, ..., 0)``, an ``if`` around a reduction's loops or around the
 extracted kernel's nest.  What cannot be proved even so stays where it is.
 
+The steps run as licm, factor, licm again (a factor computed by a ``let``
+inside the loop is only invariant once the let has moved out; what
+factoring leaves behind may move further), then extract.
+
 The dataflow helpers at the top of this module (names used, written and
 defined by statements; access checks) are shared by the other L2 passes.
 """
