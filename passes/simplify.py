@@ -105,7 +105,19 @@ def _merge_constant_factors(n: Binary) -> Expr:
     return fold(out)
 
 
+def _is_guard(e: Expr) -> bool:
+    return isinstance(e, Where) and is_zero(e.other)
+
+
 def fold(n: Expr) -> Expr:
+    """One local rewrite at ``n`` (its children are already folded).
+
+    Zero-guards are lifted over ``neg``, ``*`` and the numerator of ``/``:
+    ``where(c, a, 0) * b`` becomes ``where(c, a * b, 0)``.  The value is the
+    same, but now ``b``'s reads are under the guard too -- a second-order
+    derivative multiplies guarded adjoints by reads that are only in bounds
+    where the guard holds, and compiled code must not execute them elsewhere.
+    """
     if isinstance(n, Unary):
         u = n.operand
         if n.op == "neg":
@@ -113,9 +125,17 @@ def fold(n: Expr) -> Expr:
                 return u.operand
             if isinstance(u, Const):
                 return Const(-u.value)
+            if _is_guard(u):
+                return fold(Where(u.cond, fold(Unary("neg", u.then)), ZERO))
         return n
     if isinstance(n, Binary):
         a, b = n.lhs, n.rhs
+        if n.op in ("*", "/") and _is_guard(a) and not is_zero(b):
+            return fold(Where(a.cond, fold(Binary(n.op, a.then, b)), ZERO))
+        if n.op == "*" and _is_guard(b) and not is_zero(a):
+            return fold(Where(b.cond, fold(Binary("*", a, b.then)), ZERO))
+        if n.op in ("+", "-") and _is_guard(a) and _is_guard(b) and a.cond == b.cond:
+            return fold(Where(a.cond, fold(Binary(n.op, a.then, b.then)), ZERO))
         if isinstance(a, Const) and isinstance(b, Const):
             r = _const_binary(n.op, a.value, b.value)
             if r is not None:

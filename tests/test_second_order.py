@@ -156,3 +156,20 @@ def test_third_order():
     assert str(tcc.parse(g2, filename="<second>")) == g2
     assert_check(g1, "dx", ["x"])
     assert_check(g2, "dx2", ["x", "df", "ddx"])
+
+
+def test_second_order_reads_stay_under_their_guards():
+    """Found by the L2 property tests: d2 of x/(1+exp(x)) with a shorter output
+    multiplied a guarded adjoint by df[k] read outside the guard, so the
+    program could not be proved in bounds (and compiled code must not run
+    that read).  simplify lifts zero-guards over * and /, so it compiles."""
+    import numpy as np
+
+    from compare import assert_matches_interpreter
+
+    src = "input x[2]\noutput f[1]\nf[i] = x[i] / (1 + exp(x[i]))\n"
+    g = tcc.grad(src, of="f", wrt="x")
+    gg = tcc.grad(g, of="dx", wrt="x")
+    tcc.transform(gg, "infer-ranges")  # every access proved in bounds
+    out = assert_matches_interpreter(gg)
+    assert np.isfinite(out["dx2"]).all()
