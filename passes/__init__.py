@@ -33,6 +33,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
+    "interchange": "tcc.passes.interchange:Interchange",
     "hoist": "tcc.passes.hoist:Hoist",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",
