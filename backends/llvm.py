@@ -142,6 +142,7 @@ class Target:
     intrinsics: frozenset[str]
     math_prefix: str = ""
     abi: str = "host"
+    inline_exp: bool = False  # exp as vectorisable arithmetic (backends/vector_math.py), not a libm call
 
     def math_symbol(self, fn: str, dtype: str) -> str:
         return self.math_prefix + fn + ("f" if dtype == "float32" else "")
@@ -165,6 +166,7 @@ def get_target(name: str) -> Target:
             triple=cpu.host_triple(),
             data_layout=cpu.host_data_layout(),
             intrinsics=frozenset({"exp", "log", "sqrt", "sin", "cos", "fabs", "pow"}),
+            inline_exp=True,
         )
     if name == "cuda":
         # NVPTX lowers only these intrinsics; the rest come from libdevice.
@@ -624,6 +626,10 @@ class _KernelLowering:
     def math(self, fn: str, *args: ir.Value) -> ir.Value:
         """A math function: an LLVM intrinsic where the target has one, else the library's."""
         fn = _MATH_NAMES.get(fn, fn)
+        if fn == "exp" and self.target.inline_exp:
+            from tcc.backends.vector_math import emit_exp
+
+            return emit_exp(self.b, self.module, args[0], self.dtype)
         fnty = ir.FunctionType(self.elt, [self.elt] * len(args))
         if fn in self.target.intrinsics:
             callee = self.module.declare_intrinsic(f"llvm.{fn}", [self.elt], fnty)
