@@ -22,10 +22,11 @@ class LowerLLVM(Pass):
     dtype: Literal["float64", "float32"] = "float64"
     target: Literal["cpu", "cuda"] = "cpu"
     # Reassociating accumulations lets LLVM vectorize reductions, at the price
-    # of results that differ from sequential summation in the last bits.
-    fast_reductions: bool = False
+    # of results that differ from sequential summation in the last bits; by
+    # default only unit-stride ones, where vectorizing pays (backends/llvm.py).
+    reassociate: Literal["never", "contiguous", "always"] = "contiguous"
 
     def run(self, program, ctx: PassContext):
         from tcc.backends.llvm import lower_program  # llvmlite is imported only when code is generated
 
-        return lower_program(program, self.dtype, self.target, self.fast_reductions)
+        return lower_program(program, self.dtype, self.target, self.reassociate)

@@ -434,13 +434,14 @@ def test_elementwise_kernel_is_vectorized():
     assert "vector.memcheck" not in str(opt)
 
 
-def test_fast_reductions_vectorize_a_dot_product():
+def test_reassociated_reductions_vectorize_a_dot_product():
     body = (Local("s", Const(0)), loop("k", ZERO, n - 1, Accumulate("s", (), Binary("*", x_("a", k), x_("b", k)))),
             Store("y", (), x_("s")))
     bufs = [Buffer("a", (n,), "input"), Buffer("b", (n,), "input"), Buffer("y", (), "output")]
     prog = program(["n"], bufs, Kernel("dot", body))
-    exact = lower_program(prog)
-    fast = lower_program(prog, fast_reductions=True)
+    exact = lower_program(prog, reassociate="never")
+    fast = lower_program(prog)  # contiguous: a and b have unit stride in k
+    assert str(fast) == str(lower_program(prog, reassociate="always"))
     assert "reassoc" not in str(exact) and "fadd reassoc" in str(fast)
     assert VECTOR.search(str(cpu.optimize(fast)))
     a, b = np.linspace(0, 1, 1001), np.linspace(1, 2, 1001)
