@@ -1,0 +1,447 @@
+"""Timing, checking and reporting for ``benchmarks/run.py``.
+
+A *row* is one measured operation (say "urban: gradients, forward+backward")
+done by several *candidates*, one per framework.  For each row the harness
+
+1. calls every candidate once (the first call: it compiles whatever the
+   framework compiles lazily, and is timed separately as "first call"),
+2. checks the candidate's results against tcc's (a wrong peer is reported as
+   ``wrong: ...`` and never timed; an exception as ``failed: ...``),
+3. calls it once more untimed (warm-up),
+4. times the remaining candidates round-robin, one call of each candidate
+   per round, so that a burst of noise on the shared machine hits every
+   framework alike rather than one of them.  A candidate is done when it has
+   ``repeat`` samples *and* has spent ``min_time_s`` in calls (fast calls
+   get more samples, at most ``max_samples``), or -- slow calls -- when it has
+   three samples and has spent ``budget_s``.
+5. precedes every timed call by an untimed call of the same candidate
+   (``primer``; it counts towards the time spent): OpenMP (torch) and Eigen
+   (XLA) worker threads spin for milliseconds after a call, and a core that
+   idled through a single-threaded NumPy call wakes up slowly; on a 2-core
+   machine either slows whichever framework runs next (measured: tcc's
+   logistic 3.6 ms alone, 5.5 ms right after ``torch.sigmoid``), and the
+   untimed call absorbs it.
+6. meanwhile measures how many cores *other processes* keep busy
+   (:class:`LoadMeter`), over windows of consecutive rounds at least
+   ``WINDOW_S`` long.  Samples from a window in which others kept more than
+   ``quiet_below`` cores busy are set aside (they do not count above) and
+   more rounds are run; a candidate gives up after ``give_up * budget_s``
+   seconds, and one left with fewer than three quiet samples uses all its
+   samples.  A row where that happened, or where fewer than half of the
+   windows were quiet, is marked noisy.
+
+The cell of a row is the median of the samples.  Ratios are
+``peer median / tcc median``: above 1 means tcc is faster.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import math
+import os
+import platform
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+FRAMEWORKS = ("tcc", "jax.jit", "torch", "torch.compile", "numpy")
+WINDOW_S = 0.25     # calls are grouped into windows of at least this long to measure other processes' load
+
+
+# --------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------
+@dataclass
+class Cell:
+    """One framework's result in one row: a median, or why there is none."""
+
+    status: str = "ok"                      # ok | missing | failed: .. | wrong: .. | n/a: ..
+    samples: list[float] = field(default_factory=list)   # seconds
+    first_s: float | None = None            # the first (compiling) call
+    err: float | None = None                # relative error against tcc
+    noisy: list[float] = field(default_factory=list)     # samples from windows when others were busy (unused)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.samples) * 1e3 if self.ok and self.samples else None
+
+    @property
+    def min_ms(self) -> float | None:
+        return min(self.samples) * 1e3 if self.ok and self.samples else None
+
+
+@dataclass
+class Row:
+    case: str
+    what: str
+    cells: dict[str, Cell] = field(default_factory=dict)
+    note: str = ""
+    other_load: float | None = None         # cores kept busy by other processes while the row was timed
+    windows: tuple[int, int] = (0, 0)       # quiet windows, all windows
+    noisy: bool = False                     # some cell had to use samples from busy windows
+
+    def ratio(self, fw: str) -> float | None:
+        t, p = self.cells.get("tcc"), self.cells.get(fw)
+        if t is None or p is None or t.median_ms is None or p.median_ms is None:
+            return None
+        return p.median_ms / t.median_ms
+
+
+@dataclass
+class Candidate:
+    """``fn()`` does the work once and returns its results (a dict of arrays, for checking)."""
+
+    framework: str
+    fn: Callable[[], Any] | None = None
+    status: str = "ok"                      # set to missing/failed before timing when it cannot run
+    check: bool = True                      # compare the results with tcc's
+
+
+def short_reason(exc: BaseException, width: int = 90) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    text = text.splitlines()[0] if text else type(exc).__name__
+    text = text.replace("|", "/")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A peer's result as a NumPy array (torch tensors and jax arrays alike)."""
+    if hasattr(value, "detach"):            # torch
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def rel_error(got: Mapping[str, Any], want: Mapping[str, np.ndarray]) -> float:
+    """Worst norm-wise relative error ``max|got - want| / max|want|`` over ``want``'s arrays."""
+    worst = 0.0
+    for name, ref in want.items():
+        if name not in got:
+            raise KeyError(f"result '{name}' is missing")
+        g = to_numpy(got[name]).astype(np.float64, copy=False)
+        r = np.asarray(ref, dtype=np.float64)
+        if g.shape != r.shape:
+            raise ValueError(f"result '{name}' has shape {g.shape}, expected {r.shape}")
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        diff = float(np.max(np.abs(g - r))) if r.size else 0.0
+        if not math.isfinite(diff):
+            return math.inf
+        worst = max(worst, diff / scale if scale > 0 else diff)
+    return worst
+
+
+def run_row(
+    row: Row,
+    candidates: Sequence[Candidate],
+    reference: Mapping[str, np.ndarray] | None,
+    *,
+    repeat: int,
+    budget_s: float,
+    tol: float,
+    min_time_s: float = 1.0,
+    max_samples: int = 100,
+    quiet_below: float | None = 0.25,
+    give_up: float = 3.0,
+    primer: bool = True,
+    log: Callable[[str], None] = print,
+) -> Row:
+    """First call, check, warm-up and round-robin timing of ``candidates`` (see the module doc)."""
+    live: list[tuple[Candidate, Cell]] = []
+    for cand in candidates:
+        cell = Cell(status=cand.status)
+        row.cells[cand.framework] = cell
+        if not cell.ok or cand.fn is None:
+            if cell.ok:
+                cell.status = "n/a"
+            continue
+        try:
+            t0 = time.perf_counter()
+            result = cand.fn()
+            cell.first_s = time.perf_counter() - t0
+            if cand.check and reference is not None:
+                cell.err = rel_error(result, reference)
+                if not cell.err <= tol:
+                    cell.status = f"wrong: rel. error {cell.err:.1e} > {tol:g}"
+                    log(f"    {cand.framework}: {cell.status} (not timed)")
+                    continue
+            del result
+            cand.fn()                                   # warm-up
+        except Exception as exc:                        # noqa: BLE001 - any peer failure is a result
+            cell.status = f"failed: {short_reason(exc)}"
+            log(f"    {cand.framework}: {cell.status}")
+            continue
+        live.append((cand, cell))
+    spent = {id(c): 0.0 for c, _ in live}
+
+    pending: dict[int, int] = {}                        # samples in the open window, per cell
+
+    def done(cand: Candidate, cell: Cell) -> bool:
+        n, t = len(cell.samples) + pending.get(id(cell), 0), spent[id(cand)]
+        return (
+            (n >= repeat and t >= min_time_s)
+            or n >= max_samples
+            or (n >= 3 and t >= budget_s)
+            or t >= give_up * budget_s                  # only when the machine stays busy
+        )
+
+    gc.collect()
+    gc_was = gc.isenabled()
+    gc.disable()
+    meter, window_meter = LoadMeter(), LoadMeter()
+    window: list[tuple[Cell, float]] = []
+    windows = [0, 0]                                    # quiet, all
+
+    def close_window() -> None:
+        load = window_meter.stop()
+        quiet = quiet_below is None or load is None or load <= quiet_below
+        for cell, dt in window:
+            (cell.samples if quiet else cell.noisy).append(dt)
+        windows[0] += quiet
+        windows[1] += 1
+        window.clear()
+        pending.clear()
+        window_meter.start()
+
+    meter.start()
+    window_meter.start()
+    try:
+        while True:
+            if all(done(c, cell) for c, cell in live):
+                if window:                              # classify the open window, then look again
+                    close_window()
+                    continue
+                break
+            for cand, cell in live:
+                if done(cand, cell):
+                    continue
+                if primer:                              # untimed: absorbs the switch from the previous framework
+                    t0 = time.perf_counter()
+                    cand.fn()
+                    spent[id(cand)] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                cand.fn()
+                dt = time.perf_counter() - t0
+                window.append((cell, dt))
+                pending[id(cell)] = pending.get(id(cell), 0) + 1
+                spent[id(cand)] += dt
+            if window_meter.elapsed() >= WINDOW_S:
+                close_window()
+        if window:
+            close_window()
+    finally:
+        row.other_load = meter.stop()
+        row.windows = (windows[0], windows[1])
+        if gc_was:
+            gc.enable()
+    if row.windows[1] and 2 * row.windows[0] < row.windows[1]:
+        row.noisy = True                                # most of the row ran while others were busy
+    for _cand, cell in live:
+        if len(cell.samples) < 3:                      # too few quiet samples: use them all, and say so
+            cell.samples += cell.noisy
+            cell.noisy = []
+            row.noisy = True
+    parts = []
+    for fw, cell in row.cells.items():
+        if cell.median_ms is not None:
+            r = row.ratio(fw)
+            parts.append(f"{fw} {cell.median_ms:.2f} ms" + (f" ({r:.2f}x)" if r is not None and fw != "tcc" else "")
+                         + f" n={len(cell.samples)}")
+        elif cell.status != "n/a":
+            parts.append(f"{fw} {cell.status}")
+    if row.other_load is not None:
+        parts.append(f"other processes busy {row.other_load:.2f} cores, {row.windows[0]}/{row.windows[1]} windows quiet"
+                     + (" (NOISY)" if row.noisy else ""))
+    log(f"  {row.case}: {row.what}: " + "; ".join(parts))
+    return row
+
+
+# --------------------------------------------------------------------------
+# load from other processes
+# --------------------------------------------------------------------------
+class LoadMeter:
+    """How many cores other processes kept busy between :meth:`start` and :meth:`stop`.
+
+    The machine-wide busy time (``/proc/stat``) minus this process's own CPU
+    time (all its threads), divided by the wall time.  ``None`` where
+    ``/proc/stat`` cannot be read.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = self._busy0 = self._own0 = None
+        try:
+            self._hz = os.sysconf("SC_CLK_TCK")
+        except (ValueError, OSError, AttributeError):  # pragma: no cover
+            self._hz = 100
+
+    @staticmethod
+    def _busy() -> float | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as fh:
+                fields = fh.readline().split()[1:]
+        except OSError:
+            return None
+        v = [int(x) for x in fields]
+        # user nice system idle iowait irq softirq steal ...
+        return float(v[0] + v[1] + v[2] + v[5] + v[6])
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def start(self) -> None:
+        self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
+
+    def elapsed(self) -> float:
+        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
+
+    def stop(self) -> float | None:
+        busy = self._busy()
+        if busy is None or self._busy0 is None or self._t0 is None:
+            return None
+        wall = time.perf_counter() - self._t0
+        if wall <= 0:
+            return None
+        other = (busy - self._busy0) / self._hz - (self._own() - self._own0)
+        return max(0.0, other / wall)
+
+
+# --------------------------------------------------------------------------
+# tcc kernels one by one
+# --------------------------------------------------------------------------
+def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[tuple[str, bool, float]]:
+    """Median seconds of each kernel of a compiled tcc program, run in order as a call runs them.
+
+    ``(name, parallel, seconds)`` per kernel.  Parallel kernels are split over
+    the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does.
+    """
+    from tcc.runtime import _pool
+
+    sizes, buffers = compiled.bind(dict(arrays))
+    order = compiled.loops.buffers
+    ptrs = (ctypes.c_void_p * max(1, len(order)))(*[buffers[b.name].ctypes.data for b in order])
+    size_vals = (ctypes.c_int64 * max(1, len(compiled.loops.sizes)))(*[sizes[s] for s in compiled.loops.sizes])
+    threads = compiled.threads
+    kernels = compiled.executable.kernels
+    samples: list[list[float]] = [[] for _ in kernels]
+    for r in range(repeat + 1):                         # the first round is a warm-up
+        for i, k in enumerate(kernels):
+            t0 = time.perf_counter()
+            if k.parallel and threads > 1:
+                pool = _pool(threads)
+                for f in [pool.submit(k.fn, ptrs, size_vals, part, threads) for part in range(threads)]:
+                    f.result()
+            else:
+                k.fn(ptrs, size_vals, 0, 1)
+            if r:
+                samples[i].append(time.perf_counter() - t0)
+    del buffers
+    return [(k.name, bool(k.parallel), statistics.median(s)) for k, s in zip(kernels, samples)]
+
+
+# --------------------------------------------------------------------------
+# the machine
+# --------------------------------------------------------------------------
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> str:
+    """The widest SIMD the CPU reports (what LLVM, XLA and ATen may use)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    for f in ("avx512f", "avx2", "avx", "sse4_2"):
+                        if f in flags:
+                            return f + (" fma" if "fma" in flags else "")
+    except OSError:
+        pass
+    return "?"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+# --------------------------------------------------------------------------
+# markdown
+# --------------------------------------------------------------------------
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    return f"{ms:.2f}"
+
+
+def fmt_cell(row: Row, fw: str) -> str:
+    cell = row.cells.get(fw)
+    if cell is None or cell.status == "n/a":
+        return "—"
+    if not cell.ok:
+        return cell.status
+    text = fmt_ms(cell.median_ms)
+    if fw == "tcc":
+        return f"**{text}**"
+    r = row.ratio(fw)
+    return text + (f" ({r:.2f}x)" if r is not None else "")
+
+
+def table(rows: Sequence[Row], frameworks: Sequence[str] = FRAMEWORKS) -> str:
+    used = [fw for fw in frameworks if any(fw in r.cells and r.cells[fw].status != "n/a" for r in rows)]
+    out = ["| case | measurement | " + " | ".join(used) + " | busy elsewhere |",
+           "|---|---|" + "---:|" * len(used) + "---:|"]
+    for r in rows:
+        what = r.what + (f" ({r.note})" if r.note else "")
+        load = "?" if r.other_load is None else f"{r.other_load:.2f}"
+        if r.windows[1]:
+            load += f" ({r.windows[0]}/{r.windows[1]} quiet)"
+        if r.noisy:
+            load += " **noisy**"
+        out.append(f"| {r.case} | {what} | " + " | ".join(fmt_cell(r, fw) for fw in used) + f" | {load} |")
+    return "\n".join(out)
+
+
+def first_call_table(rows: Sequence[Row], frameworks: Sequence[str] = FRAMEWORKS) -> str:
+    used = [fw for fw in frameworks if any(fw in r.cells and r.cells[fw].first_s is not None for r in rows)]
+    out = ["| case | measurement | " + " | ".join(used) + " |", "|---|---|" + "---:|" * len(used)]
+    for r in rows:
+        cells = []
+        for fw in used:
+            c = r.cells.get(fw)
+            if c is None or c.first_s is None:
+                cells.append("—")
+            else:
+                cells.append(fmt_ms(c.first_s * 1e3) + (f" (err {c.err:.0e})" if c.err is not None else ""))
+        out.append(f"| {r.case} | {r.what} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def replace_section(text: str, begin: str, end: str, body: str) -> str:
+    """Replace what lies between the ``begin`` and ``end`` marker lines (append both if absent)."""
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if pattern.search(text):
+        return pattern.sub(lambda _m: block, text, count=1)
+    return text.rstrip() + "\n\n" + block + "\n"

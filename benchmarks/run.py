@@ -1,0 +1,789 @@
+"""tcc's compiled kernels against JAX, PyTorch and NumPy, side by side.
+
+    python benchmarks/run.py [--quick] [--repeat N] [--case NAME[,NAME]] [--write]
+
+Cases (``--case``; default all):
+
+* ``urban``       -- the Urban paper's sec. 6 function scaled up,
+                     ``f[i, j] = exp(-sum[k]((a[i, k] + b[j, k])**2 * c[i, i] + d[i + k]**3))``,
+                     i, j = 512, k = 64: forward, all four gradients
+                     (forward+backward), and backward only.
+* ``correlation`` -- ``y[i] = sum[k](x[i + k] * w[k])``, n = 10**6, k = 31
+                     (valid): forward (also ``np.correlate``) and gradients for x, w.
+* ``conv2d``      -- NCHW convolution with stride 2, batch 8, 16 -> 32 channels,
+                     64x64 images, 3x3 kernels: forward and gradients for x, w.
+* ``logistic``    -- ``y[i] = 1/(1 + exp(-x[i]))`` on 10**7 elements, float64
+                     and float32, with a new output array and with a given one.
+* ``compile``     -- parse + grad + compile of ``examples/urban.tcc`` with all
+                     four gradients from cold caches (median, per-stage split).
+
+Everything is float64 unless said otherwise (JAX runs with
+``jax_enable_x64``).  Every peer's results are compared with tcc's before it
+is timed (norm-wise relative error <= 1e-9 in float64, 1e-5 in float32): a
+peer that disagrees is reported as ``wrong``, one that raises as ``failed``,
+one that is not installed as ``missing``.  Every framework uses all cores.
+Timing: see ``benchmarks/harness.py`` (first call and one warm-up excluded,
+round-robin rounds, medians).  ``--write`` records a full run in
+``docs/benchmarks.md`` (between the ``results`` markers).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import harness as H  # noqa: E402
+
+CASES = ("urban", "correlation", "conv2d", "logistic", "compile")
+DOC = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- results:begin (benchmarks/run.py --write) -->", "<!-- results:end -->"
+
+GOAL_LOGISTIC = 1.5         # tcc at least this many times faster than NumPy
+GOAL_COMPILE_S = 1.0        # parse + grad + compile of the seed example
+
+
+# --------------------------------------------------------------------------
+# peers
+# --------------------------------------------------------------------------
+@dataclass
+class Peers:
+    cores: int
+    jax: Any = None
+    jnp: Any = None
+    lax: Any = None
+    jax_status: str = "ok"
+    torch: Any = None
+    torch_status: str = "ok"
+    versions: dict[str, str] = field(default_factory=dict)
+    threads: dict[str, str] = field(default_factory=dict)
+
+
+def load_peers(cores: int) -> Peers:
+    peers = Peers(cores=cores)
+    peers.versions["numpy"] = np.__version__
+    peers.threads["numpy"] = "1 (ufuncs and np.correlate are single-threaded)"
+    try:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+        from jax import lax
+
+        peers.jax, peers.jnp, peers.lax = jax, jnp, lax
+        peers.versions["jax"] = jax.__version__
+        devices = jax.devices()
+        peers.threads["jax.jit"] = f"{cores} (XLA's CPU client uses every core; device {devices[0].platform})"
+    except ImportError as exc:
+        peers.jax_status = "missing"
+        peers.versions["jax"] = f"missing ({exc.name or exc})"
+    except Exception as exc:  # noqa: BLE001
+        peers.jax_status = f"failed: {H.short_reason(exc)}"
+        peers.versions["jax"] = peers.jax_status
+    try:
+        import warnings
+
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
+        import torch
+
+        torch.set_num_threads(cores)
+        peers.torch = torch
+        peers.versions["torch"] = torch.__version__
+        peers.threads["torch"] = f"{torch.get_num_threads()} (torch.set_num_threads({cores}))"
+    except ImportError as exc:
+        peers.torch_status = "missing"
+        peers.versions["torch"] = f"missing ({exc.name or exc})"
+    except Exception as exc:  # noqa: BLE001
+        peers.torch_status = f"failed: {H.short_reason(exc)}"
+        peers.versions["torch"] = peers.torch_status
+    return peers
+
+
+def jax_ready(tree: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+# --------------------------------------------------------------------------
+# run context
+# --------------------------------------------------------------------------
+@dataclass
+class Ctx:
+    quick: bool
+    passes: str | None
+    quiet_below: float | None
+    primer: bool
+    repeat: int
+    budget_s: float
+    min_time_s: float
+    peers: Peers
+    rows: list[H.Row] = field(default_factory=list)
+    breakdowns: list[tuple[str, Any, list]] = field(default_factory=list)   # (title, compiled, kernel times)
+    compile_times: list[tuple[str, float]] = field(default_factory=list)    # (program, seconds)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def log(self, msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    def row(self, case: str, what: str, candidates: list[H.Candidate], reference: Any, tol: float = 1e-9, note: str = "") -> H.Row:
+        row = H.Row(case, what, note=note)
+        H.run_row(row, candidates, reference, repeat=self.repeat, budget_s=self.budget_s, tol=tol,
+                  min_time_s=self.min_time_s,
+                  quiet_below=self.quiet_below, primer=self.primer, log=self.log)
+        self.rows.append(row)
+        return row
+
+    def tcc_compile(self, name: str, program: Any, **kw: Any) -> Any:
+        import tcc
+
+        t0 = time.perf_counter()
+        compiled = tcc.compile(program, passes=self.passes, **kw)
+        self.compile_times.append((name, time.perf_counter() - t0))
+        return compiled
+
+    def breakdown(self, title: str, compiled: Any, arrays: dict) -> None:
+        times = H.kernel_times(compiled, arrays, max(3, min(self.repeat, 10)))
+        self.breakdowns.append((title, compiled, times))
+
+
+def unavailable(framework: str, status: str) -> H.Candidate:
+    return H.Candidate(framework, None, status=status)
+
+
+def residual_program(text: str, names: list[str]) -> str:
+    """The printed program ``text`` with the locals ``names`` turned into inputs (their definitions dropped).
+
+    Used for "backward only": tcc's gradient program recomputes the forward
+    value it needs (a local); given as an input, it is the residual a reverse
+    mode framework keeps from its forward pass.
+    """
+    out: list[str] = []
+    moved: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("local "):
+            decls = re.findall(r"\w+\[[^\]]*\]|\w+", line[len("local "):])
+            keep = [d for d in decls if re.match(r"\w+", d).group(0) not in names]
+            moved += [d for d in decls if d not in keep]
+            if keep:
+                out.append("local " + ", ".join(keep))
+            continue
+        m = re.match(r"\s*(\w+)\s*[\[=]", line)
+        if m and m.group(1) in names and not line.startswith(("input", "output")):
+            continue
+        out.append(line)
+    if len(moved) != len(names):
+        raise ValueError(f"not all of {names} are locals of the program")
+    for i, line in enumerate(out):
+        if line.startswith("input "):
+            out[i] = line + ", " + ", ".join(moved)
+            break
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------
+# cases 1-3: a function and its gradients
+# --------------------------------------------------------------------------
+@dataclass
+class GradCase:
+    case: str
+    src: str                                  # the tcc forward program
+    of: str
+    inputs: dict[str, np.ndarray]             # all of them are differentiated, in this order
+    seed: np.ndarray                          # d<of>
+    f_jax: Callable[..., Any] | None
+    f_torch: Callable[..., Any] | None
+    numpy_fwd: Callable[..., np.ndarray] | None = None
+    torch_compile: bool = False
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def grad_case(ctx: Ctx, gc: GradCase) -> None:
+    import tcc
+
+    peers = ctx.peers
+    names = list(gc.inputs)
+    dnames = ["d" + n for n in names]
+    arrays = gc.inputs
+    seed_name = "d" + gc.of
+    ctx.log(f"[{gc.case}] shapes " + ", ".join(f"{k}{list(v.shape)}" for k, v in arrays.items()))
+
+    program = tcc.parse(gc.src, f"<{gc.case}>")
+    fwd = ctx.tcc_compile(f"{gc.case}: forward", program)
+    grad_program = tcc.grad(program, of=gc.of, wrt=names)
+    grad = ctx.tcc_compile(f"{gc.case}: gradients", grad_program)
+    recomputes = gc.of in grad.results                # the gradient program computes the forward value itself
+
+    ref_f = fwd(**arrays)
+    ref_grad = grad(**arrays, **{seed_name: gc.seed})
+    ref_all = {gc.of: ref_f[gc.of], **{d: ref_grad[d] for d in dnames}}
+
+    # -- forward --------------------------------------------------------
+    cands = [H.Candidate("tcc", lambda: fwd(**arrays), check=False)]
+    tj = tt = None
+    if peers.jax is not None and gc.f_jax is not None:
+        jnp = peers.jnp
+        jargs = [jnp.asarray(v) for v in arrays.values()]
+        jseed = jnp.asarray(gc.seed)
+        jf = peers.jax.jit(gc.f_jax)
+        cands.append(H.Candidate("jax.jit", lambda: {gc.of: jax_ready(jf(*jargs))}))
+        tj = (jargs, jseed)
+    else:
+        cands.append(unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
+    if peers.torch is not None and gc.f_torch is not None:
+        torch = peers.torch
+        targs = [torch.from_numpy(v) for v in arrays.values()]
+        tleaves = [torch.from_numpy(v.copy()).requires_grad_() for v in arrays.values()]
+        tseed = torch.from_numpy(gc.seed)
+
+        def torch_fwd():
+            with torch.no_grad():
+                return {gc.of: gc.f_torch(*targs)}
+
+        cands.append(H.Candidate("torch", torch_fwd))
+        tt = (targs, tleaves, tseed)
+        if gc.torch_compile:
+            try:
+                cf_fwd = torch.compile(gc.f_torch)
+
+                def torch_compiled_fwd():
+                    with torch.no_grad():
+                        return {gc.of: cf_fwd(*targs)}
+
+                cands.append(H.Candidate("torch.compile", torch_compiled_fwd))
+            except Exception as exc:  # noqa: BLE001
+                cands.append(unavailable("torch.compile", f"failed: {H.short_reason(exc)}"))
+    else:
+        cands.append(unavailable("torch", peers.torch_status if peers.torch is None else "n/a"))
+        if gc.torch_compile:
+            cands.append(unavailable("torch.compile", peers.torch_status if peers.torch is None else "n/a"))
+    if gc.numpy_fwd is not None:
+        cands.append(H.Candidate("numpy", lambda: {gc.of: gc.numpy_fwd(*arrays.values())}))
+    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]}, note=gc.notes.get("forward", ""))
+
+    # -- forward + backward ---------------------------------------------
+    if recomputes:
+        tcc_fb = lambda: grad(**arrays, **{seed_name: gc.seed})  # noqa: E731
+    else:
+        def tcc_fb():
+            out = fwd(**arrays)
+            out.update(grad(**arrays, **{seed_name: gc.seed}))
+            return out
+    cands = [H.Candidate("tcc", tcc_fb, check=False)]
+    jbwd = None
+    if tj is not None:
+        jax = peers.jax
+        jargs, jseed = tj
+
+        def vjp_all(*args):
+            *xs, g = args
+            y, pullback = jax.vjp(gc.f_jax, *xs)
+            return {gc.of: y, **dict(zip(dnames, pullback(g)))}
+
+        jfb = jax.jit(vjp_all)
+        cands.append(H.Candidate("jax.jit", lambda: jax_ready(jfb(*jargs, jseed))))
+        # backward only: the pullback of a jitted forward, itself jitted; its residuals are arguments
+        try:
+            _, pullback = jax.vjp(jax.jit(gc.f_jax), *jargs)
+            jpb = jax.jit(lambda pb, g: pb(g))
+            jbwd = H.Candidate("jax.jit", lambda: dict(zip(dnames, jax_ready(jpb(pullback, jseed)))))
+        except Exception as exc:  # noqa: BLE001
+            jbwd = unavailable("jax.jit", f"failed: {H.short_reason(exc)}")
+    else:
+        cands.append(unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
+    tbwd = []
+    if tt is not None:
+        torch = peers.torch
+        targs, tleaves, tseed = tt
+
+        def autograd_fb(f):
+            def run():
+                y = f(*tleaves)
+                gs = torch.autograd.grad(y, tleaves, tseed)
+                return {gc.of: y, **dict(zip(dnames, gs))}
+            return run
+
+        def autograd_bwd(f):
+            kept = {}
+
+            def run():
+                if "y" not in kept:                 # the forward (graph and residuals) once, on the first call
+                    kept["y"] = f(*tleaves)
+                return dict(zip(dnames, torch.autograd.grad(kept["y"], tleaves, tseed, retain_graph=True)))
+            return run
+
+        cands.append(H.Candidate("torch", autograd_fb(gc.f_torch)))
+        tbwd.append(H.Candidate("torch", autograd_bwd(gc.f_torch)))
+        if gc.torch_compile:
+            try:
+                cf = torch.compile(gc.f_torch)
+                cands.append(H.Candidate("torch.compile", autograd_fb(cf)))
+                tbwd.append(H.Candidate("torch.compile", autograd_bwd(cf)))
+            except Exception as exc:  # noqa: BLE001
+                cands.append(unavailable("torch.compile", f"failed: {H.short_reason(exc)}"))
+    else:
+        st = peers.torch_status if peers.torch is None else "n/a"
+        cands.append(unavailable("torch", st))
+        tbwd.append(unavailable("torch", st))
+        if gc.torch_compile:
+            cands.append(unavailable("torch.compile", st))
+            tbwd.append(unavailable("torch.compile", st))
+    ctx.row(gc.case, "gradients, forward+backward", cands, ref_all,
+            note="tcc: the gradient program, which recomputes " + gc.of if recomputes
+            else "tcc: forward program + gradient program")
+
+    # -- backward only --------------------------------------------------
+    if recomputes:
+        bwd_text = residual_program(str(grad_program), [gc.of])
+        bwd = ctx.tcc_compile(f"{gc.case}: backward only", bwd_text)
+        given = {**arrays, seed_name: gc.seed, gc.of: ref_f[gc.of]}
+        tcc_b = lambda: bwd(**given)  # noqa: E731
+        note = f"tcc: the gradient program with {gc.of} as an input"
+    else:
+        tcc_b = lambda: grad(**arrays, **{seed_name: gc.seed})  # noqa: E731
+        note = "tcc: the gradient program (it does not need " + gc.of + ")"
+    cands = [H.Candidate("tcc", tcc_b, check=False)]
+    cands.append(jbwd if jbwd is not None else unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
+    cands += tbwd
+    ctx.row(gc.case, "gradients, backward only", cands, {d: ref_grad[d] for d in dnames}, note=note)
+
+    ctx.breakdown(f"{gc.case}: forward", fwd, arrays)
+    ctx.breakdown(f"{gc.case}: gradients", grad, {**arrays, seed_name: gc.seed})
+
+
+def case_urban(ctx: Ctx) -> None:
+    I, J, K = (128, 128, 32) if ctx.quick else (512, 512, 64)
+    rng = np.random.default_rng(1)
+    inputs = {
+        "a": rng.uniform(0, 0.25, (I, K)),
+        "b": rng.uniform(0, 0.25, (J, K)),
+        "c": rng.uniform(0, 1, (I, I)),
+        "d": rng.uniform(0, 0.5, (I + K - 1,)),
+    }
+    src = (
+        f"input a[{I}, {K}], b[{J}, {K}], c[{I}, {I}], d[{I + K - 1}]\n"
+        f"output f[{I}, {J}]\n"
+        "f[i, j] = exp(-sum[k]((a[i, k] + b[j, k])**2 * c[i, i] + d[i + k]**3))\n"
+    )
+    f_jax = f_torch = None
+    if ctx.peers.jax is not None:
+        jnp = ctx.peers.jnp
+
+        def f_jax(a, b, c, d):
+            n, k = a.shape
+            s = jnp.sum((a[:, None, :] + b[None, :, :]) ** 2 * jnp.diagonal(c)[:, None, None], axis=-1)
+            window = d[jnp.arange(n)[:, None] + jnp.arange(k)[None, :]]
+            return jnp.exp(-(s + jnp.sum(window ** 3, axis=-1)[:, None]))
+
+    if ctx.peers.torch is not None:
+        torch = ctx.peers.torch
+
+        def f_torch(a, b, c, d):
+            k = a.shape[1]
+            s = ((a[:, None, :] + b[None, :, :]) ** 2 * torch.diagonal(c)[:, None, None]).sum(-1)
+            return torch.exp(-(s + (d.unfold(0, k, 1) ** 3).sum(-1)[:, None]))
+
+    grad_case(ctx, GradCase(
+        "urban", src, "f", inputs, rng.uniform(0, 1, (I, J)), f_jax, f_torch, torch_compile=True,
+    ))
+
+
+def case_correlation(ctx: Ctx) -> None:
+    n, k = (10 ** 5, 31) if ctx.quick else (10 ** 6, 31)
+    rng = np.random.default_rng(2)
+    inputs = {"x": rng.standard_normal(n), "w": rng.standard_normal(k)}
+    src = f"input x[{n}], w[{k}]\ny[i] = sum[k](x[i + k] * w[k])\n"
+    f_jax = f_torch = None
+    if ctx.peers.jax is not None:
+        jnp = ctx.peers.jnp
+
+        def f_jax(x, w):
+            return jnp.correlate(x, w, mode="valid")
+
+    if ctx.peers.torch is not None:
+        F = ctx.peers.torch.nn.functional
+
+        def f_torch(x, w):
+            return F.conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
+
+    grad_case(ctx, GradCase(
+        "correlation", src, "y", inputs, rng.standard_normal(n - k + 1), f_jax, f_torch,
+        numpy_fwd=lambda x, w: np.correlate(x, w, "valid"),
+        notes={"forward": "numpy: np.correlate"},
+    ))
+
+
+def case_conv2d(ctx: Ctx) -> None:
+    B, C, O, S, R = (2, 16, 32, 64, 3) if ctx.quick else (8, 16, 32, 64, 3)
+    So = (S - R) // 2 + 1
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.standard_normal((B, C, S, S)), "w": rng.standard_normal((O, C, R, R))}
+    src = (
+        f"input x[{B}, {C}, {S}, {S}], w[{O}, {C}, {R}, {R}]\n"
+        "y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])\n"
+    )
+    f_jax = f_torch = None
+    if ctx.peers.jax is not None:
+        lax = ctx.peers.lax
+
+        def f_jax(x, w):
+            return lax.conv_general_dilated(x, w, (2, 2), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    if ctx.peers.torch is not None:
+        F = ctx.peers.torch.nn.functional
+
+        def f_torch(x, w):
+            return F.conv2d(x, w, stride=2)
+
+    grad_case(ctx, GradCase("conv2d", src, "y", inputs, rng.standard_normal((B, O, So, So)), f_jax, f_torch))
+
+
+# --------------------------------------------------------------------------
+# case 4: fused logistic
+# --------------------------------------------------------------------------
+def case_logistic(ctx: Ctx) -> None:
+    n = 10 ** 6 if ctx.quick else 10 ** 7
+    peers = ctx.peers
+    src = f"input x[{n}]\ny[i] = 1 / (1 + exp(-x[i]))\n"
+    for dtype in ("float64", "float32"):
+        tol = 1e-9 if dtype == "float64" else 1e-5
+        rng = np.random.default_rng(4)
+        x = rng.uniform(-8, 8, n).astype(dtype)
+        f = ctx.tcc_compile(f"logistic: {dtype}", src, dtype=dtype)
+        ref = f(x=x)
+        y_tcc = np.empty_like(x)
+        y_np = np.empty_like(x)
+
+        def np_out():
+            np.negative(x, out=y_np)
+            np.exp(y_np, out=y_np)
+            np.add(y_np, 1, out=y_np)
+            np.divide(1, y_np, out=y_np)
+            return {"y": y_np}
+
+        new = [H.Candidate("tcc", lambda: f(x=x), check=False)]
+        given = [H.Candidate("tcc", lambda: f(x=x, y=y_tcc), check=False)]
+        if peers.jax is not None:
+            jnp = peers.jnp
+            jx = jnp.asarray(x)
+            jf = peers.jax.jit(lambda v: 1 / (1 + jnp.exp(-v)))
+            new.append(H.Candidate("jax.jit", lambda: {"y": jax_ready(jf(jx))}))
+        else:
+            new.append(unavailable("jax.jit", peers.jax_status))
+        if peers.torch is not None:
+            torch = peers.torch
+            tx = torch.from_numpy(x)
+            ty = torch.from_numpy(np.empty_like(x))
+            new.append(H.Candidate("torch", lambda: {"y": torch.sigmoid(tx)}))
+            given.append(H.Candidate("torch", lambda: {"y": torch.sigmoid(tx, out=ty)}))
+        else:
+            new.append(unavailable("torch", peers.torch_status))
+            given.append(unavailable("torch", peers.torch_status))
+        new.append(H.Candidate("numpy", lambda: {"y": 1 / (1 + np.exp(-x))}))
+        given.append(H.Candidate("numpy", np_out))
+        ctx.row("logistic", f"{dtype}, new output array", new, {"y": ref["y"]}, tol=tol,
+                note="torch: torch.sigmoid; numpy: 1/(1+np.exp(-x))")
+        ctx.row("logistic", f"{dtype}, output array given", given, {"y": ref["y"]}, tol=tol,
+                note="tcc: f(x=x, y=out); torch: sigmoid(out=); numpy: four ufuncs with out=")
+    ctx.breakdown("logistic: float32", f, {"x": x})
+
+
+# --------------------------------------------------------------------------
+# case 5: compile time of the seed example
+# --------------------------------------------------------------------------
+COLD_PROCESS = r"""
+import time
+t0 = time.perf_counter()
+import tcc
+t1 = time.perf_counter()
+p = tcc.parse({path!r})
+g = tcc.grad(p, of="f", wrt="a,b,c,d")
+c = tcc.compile(g, passes={passes!r})
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def case_compile(ctx: Ctx) -> None:
+    import tcc
+    from tcc.build import clear_cache as clear_compiled
+    from tcc.instruments import TimePasses
+    from tcc.ir.polyhedra import clear_cache as clear_proofs
+
+    path = ROOT / "examples" / "urban.tcc"
+    text = path.read_text(encoding="utf-8")
+    runs = 3 if ctx.quick else max(5, min(ctx.repeat, 15))
+    # an untimed run first: imports, LLVM initialisation, lazy pass loading
+    clear_compiled()
+    tcc.compile(tcc.grad(tcc.parse(text, str(path)), of="f", wrt="a,b,c,d"), passes=ctx.passes)
+    totals, stages = [], {"parse": [], "grad (L1 passes)": [], "compile": []}
+    for _ in range(runs):
+        clear_compiled()
+        clear_proofs()
+        t0 = time.perf_counter()
+        p = tcc.parse(text, str(path))
+        t1 = time.perf_counter()
+        g = tcc.grad(p, of="f", wrt="a,b,c,d")
+        t2 = time.perf_counter()
+        c = tcc.compile(g, passes=ctx.passes)
+        t3 = time.perf_counter()
+        totals.append(t3 - t0)
+        stages["parse"].append(t1 - t0)
+        stages["grad (L1 passes)"].append(t2 - t1)
+        stages["compile"].append(t3 - t2)
+    assert c.results, c
+    # the split of compile, from instrumented runs (instruments bypass the cache)
+    per_pass: dict[str, list[float]] = {}
+    codegen: list[float] = []
+    for _ in range(runs):
+        clear_proofs()
+        g = tcc.grad(tcc.parse(text, str(path)), of="f", wrt="a,b,c,d")
+        timer = TimePasses()
+        t0 = time.perf_counter()
+        tcc.compile(g, passes=ctx.passes, instruments=[timer])
+        total = time.perf_counter() - t0
+        for spec, s in timer.timings:
+            per_pass.setdefault(spec.split("{")[0], []).append(s)
+        codegen.append(total - timer.total)
+    split = [(f"compile: {name}", statistics.median(v)) for name, v in per_pass.items()]
+    split.append(("compile: machine code (MCJIT) and the rest", statistics.median(codegen)))
+    cold = None
+    try:
+        out = subprocess.run([sys.executable, "-c", COLD_PROCESS.format(path=str(path), passes=ctx.passes)], capture_output=True,
+                             text=True, timeout=120, check=True)
+        imp, work = (float(v) for v in out.stdout.split())
+        cold = (imp, work)
+    except Exception as exc:  # noqa: BLE001
+        ctx.log(f"  compile: cold-process run failed: {H.short_reason(exc)}")
+    ctx.extra["compile"] = {
+        "runs": runs,
+        "median": statistics.median(totals),
+        "min": min(totals),
+        "stages": [(k, statistics.median(v)) for k, v in stages.items()],
+        "split": split,
+        "cold": cold,
+    }
+    ctx.log(f"  compile: parse + grad + compile of examples/urban.tcc, 4 gradients: "
+            f"median {statistics.median(totals) * 1e3:.0f} ms of {runs}")
+
+
+# --------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------
+def goals(ctx: Ctx) -> list[str]:
+    lines = ["| goal | measured | verdict |", "|---|---|---|"]
+    by = {(r.case, r.what): r for r in ctx.rows}
+    for dtype in ("float64", "float32"):
+        for kind in ("new output array", "output array given"):
+            r = by.get(("logistic", f"{dtype}, {kind}"))
+            if r is None:
+                continue
+            ratio = r.ratio("numpy")
+            if ratio is None:
+                lines.append(f"| logistic {dtype}, {kind}: tcc >= {GOAL_LOGISTIC}x NumPy | no measurement | — |")
+                continue
+            met = ratio >= GOAL_LOGISTIC
+            how = (f"met ({ratio / GOAL_LOGISTIC:.2f}x the goal)" if met
+                   else f"**not met**: {ratio:.2f}x, needs {GOAL_LOGISTIC / ratio:.2f}x more")
+            lines.append(f"| logistic {dtype}, {kind}: tcc >= {GOAL_LOGISTIC}x NumPy | {ratio:.2f}x "
+                         f"({H.fmt_ms(r.cells['tcc'].median_ms)} vs {H.fmt_ms(r.cells['numpy'].median_ms)} ms) | {how} |")
+    for case in ("urban", "correlation", "conv2d"):
+        for what in ("gradients, forward+backward", "gradients, backward only"):
+            r = by.get((case, what))
+            if r is None:
+                continue
+            ratio = r.ratio("jax.jit")
+            goal = f"{case} {what.split(', ')[1]}: tcc at least as fast as jax.jit"
+            if ratio is None:
+                lines.append(f"| {goal} | jax.jit {r.cells.get('jax.jit', H.Cell('n/a')).status} | — |")
+                continue
+            how = (f"met (tcc {ratio:.2f}x faster)" if ratio >= 1
+                   else f"**not met**: tcc takes {1 / ratio:.2f}x jax's time")
+            lines.append(f"| {goal} | {ratio:.2f}x ({H.fmt_ms(r.cells['tcc'].median_ms)} vs "
+                         f"{H.fmt_ms(r.cells['jax.jit'].median_ms)} ms) | {how} |")
+    comp = ctx.extra.get("compile")
+    if comp:
+        m = comp["median"]
+        how = (f"met ({GOAL_COMPILE_S / m:.1f}x under)" if m < GOAL_COMPILE_S
+               else f"**not met**: {m / GOAL_COMPILE_S:.2f}x over")
+        lines.append(f"| seed example parse + grad + compile (4 gradients) < {GOAL_COMPILE_S:g} s | "
+                     f"{m * 1e3:.0f} ms | {how} |")
+    return lines
+
+
+def git_state() -> str:
+    """The commit the compiler came from, and whether its sources had local changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "compiler", "passes", "ir",
+                                "backends"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except Exception:  # noqa: BLE001
+        return "not a git checkout"
+    changed = [line[3:] for line in dirty.splitlines() if line.strip()]
+    return f"commit {head}" + (f", with local changes in {', '.join(changed)}" if changed else "")
+
+
+def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
+    from tcc.build import DEFAULT_LOOP_PIPELINE
+
+    peers = ctx.peers
+    out: list[str] = []
+    when = datetime.date.today().isoformat()
+    mode = "quick (smaller sizes)" if args.quick else "full"
+    flags = (" --quick" if args.quick else "") + (f" --passes {args.passes}" if args.passes else "")
+    out.append(f"Run of `python benchmarks/run.py{flags}` on {when} ({mode}; "
+               f"at least {args.repeat} timed calls and {args.min_time:g} s per framework and row; "
+               f"whole run {wall_s:.0f} s).")
+    out.append("")
+    out.append(f"- machine: {H.cpu_model()} ({H.cpu_flags()}), {H.usable_cores()} cores usable, "
+               f"Python {platform.python_version()}, {platform.system()} {platform.machine()}; shared and noisy"
+               + (f" (other processes kept {ctx.extra['other_load']:.2f} cores busy on average during this run)"
+                  if ctx.extra.get("other_load") is not None else ""))
+    vers = ", ".join(f"{k} {v}" for k, v in peers.versions.items())
+    out.append(f"- versions: {vers}")
+    tcc_threads = H.usable_cores()
+    threads = [f"tcc {tcc_threads} (default: all cores; it splits only loops the pipeline marks `parallel`)"]
+    threads += [f"{k} {v}" for k, v in peers.threads.items()]
+    out.append("- threads: " + "; ".join(threads))
+    out.append(f"- tcc: {git_state()}")
+    if args.passes:
+        out.append(f"- tcc pipeline: `{args.passes}` (--passes), then lower-llvm, llvm-opt at O3")
+    else:
+        out.append(f"- tcc pipeline: the default (`{DEFAULT_LOOP_PIPELINE}`, then lower-llvm, llvm-opt at O3)")
+    out.append("")
+    if ctx.rows:
+        out.append("Median wall time in ms; in parentheses peer time / tcc time (> 1: tcc is faster). "
+                   "\"busy elsewhere\": cores kept busy by other processes while the row was timed "
+                   "(machine-wide CPU time minus this process's, per second of wall time).")
+        out.append("")
+        out.append(H.table(ctx.rows))
+        out.append("")
+    comp = ctx.extra.get("compile")
+    if comp:
+        out.append(f"Compile time of `examples/urban.tcc` with all four gradients (parse + grad + "
+                   f"`tcc.compile`, caches cleared before each run; median of {comp['runs']}): "
+                   f"**{comp['median'] * 1e3:.0f} ms** (min {comp['min'] * 1e3:.0f} ms).")
+        out.append("")
+        out.append("| stage | median ms |")
+        out.append("|---|---:|")
+        for name, s in comp["stages"] + comp["split"]:
+            out.append(f"| {name} | {s * 1e3:.1f} |")
+        if comp["cold"]:
+            imp, work = comp["cold"]
+            out.append(f"| the same, first time in a fresh process (lazy imports and LLVM initialisation "
+                       f"included; `import tcc` itself {imp * 1e3:.0f} ms more) | {work * 1e3:.0f} |")
+        out.append("")
+    if ctx.rows or comp:
+        out.append("Goals:")
+        out.append("")
+        out += goals(ctx)
+        out.append("")
+    if ctx.rows:
+        out.append("Peers' first call in ms (JIT compilation included) and, in parentheses, the norm-wise "
+                   "relative error of their results against tcc's, checked before timing; for tcc, "
+                   "`tcc.compile` of each program (which happens before its first call) is in the table after:")
+        out.append("")
+        out.append(H.first_call_table(ctx.rows, [fw for fw in H.FRAMEWORKS if fw != "tcc"]))
+        out.append("")
+        out.append("| tcc program | tcc.compile ms |")
+        out.append("|---|---:|")
+        for name, s in ctx.compile_times:
+            out.append(f"| {name} | {s * 1e3:.0f} |")
+        out.append("")
+    if ctx.breakdowns:
+        par = sum(1 for _, _, times in ctx.breakdowns for _, p, _ in times if p)
+        allk = sum(len(times) for _, _, times in ctx.breakdowns)
+        out.append(f"{par} of the {allk} tcc kernels below have a `parallel` loop"
+                   + (" (so tcc ran on one core in every case)." if par == 0 else "."))
+        out.append("")
+        out.append("tcc kernels one by one (median ms, run in order on the row's inputs; "
+                   "`par` = split over the threads):")
+        out.append("")
+        out.append("| program | kernel | ms | share |")
+        out.append("|---|---|---:|---:|")
+        for title, _compiled, times in ctx.breakdowns:
+            total = sum(t for _, _, t in times) or 1.0
+            for name, par, t in times:
+                out.append(f"| {title} | {name}{' (par)' if par else ''} | {t * 1e3:.2f} | {100 * t / total:.0f} % |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="tcc against JAX, PyTorch and NumPy (see the module docstring).")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds: a ~30 s smoke run")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="at least this many timed calls per framework and row (default 10, --quick 3); "
+                         "fast calls are repeated for at least --min-time")
+    ap.add_argument("--min-time", type=float, default=None, metavar="S",
+                    help="seconds of calls per framework and row, at least (default 1, --quick 0.1)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds of timed calls per candidate and row before it stops at >= 3 samples "
+                         "(default 10, --quick 1)")
+    ap.add_argument("--quiet-below", type=float, default=0.25, metavar="CORES",
+                    help="set aside samples taken while other processes kept more than CORES cores busy, "
+                         "and run more rounds instead (default 0.25; a negative value keeps every sample)")
+    ap.add_argument("--no-primer", action="store_true",
+                    help="do not precede every timed call by an untimed call of the same candidate")
+    ap.add_argument("--case", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    ap.add_argument("--passes", default=None,
+                    help="the L1/L2 pipeline tcc.compile runs for every tcc program (default: tcc's default)")
+    ap.add_argument("--loops", action="store_true", help="also print the L2 loop nests of every tcc program")
+    ap.add_argument("--write", action="store_true", help=f"record the results in {DOC.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    cases = [c.strip() for c in args.case.split(",") if c.strip()]
+    bad = [c for c in cases if c not in CASES]
+    if bad:
+        ap.error(f"unknown case {', '.join(bad)} (choose from {', '.join(CASES)})")
+    if args.repeat is None:
+        args.repeat = 3 if args.quick else 10
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.budget is None:
+        args.budget = 1.0 if args.quick else 10.0
+    if args.min_time is None:
+        args.min_time = 0.1 if args.quick else 1.0
+    if args.write and (args.quick or args.passes or set(cases) != set(CASES)):
+        ap.error("--write records only a full run (no --quick, no --passes, all cases)")
+
+    cores = H.usable_cores()
+    ctx = Ctx(quick=args.quick, passes=args.passes,
+              quiet_below=None if args.quiet_below < 0 else args.quiet_below, primer=not args.no_primer, min_time_s=args.min_time, repeat=args.repeat, budget_s=args.budget, peers=load_peers(cores))
+    ctx.log(f"benchmarks: {', '.join(cases)}; at least {args.repeat} calls and {args.min_time:g} s per row and framework; {cores} cores; "
+            + ", ".join(f"{k} {v}" for k, v in ctx.peers.versions.items()))
+    meter = H.LoadMeter()
+    meter.start()
+    t0 = time.perf_counter()
+    for case in cases:
+        {"urban": case_urban, "correlation": case_correlation, "conv2d": case_conv2d,
+         "logistic": case_logistic, "compile": case_compile}[case](ctx)
+    wall = time.perf_counter() - t0
+    ctx.extra["other_load"] = meter.stop()
+    text = report(ctx, args, wall)
+    print(text)
+    if args.loops:
+        for title, compiled, _ in ctx.breakdowns:
+            print(f"## L2 loops of {title}\n\n```\n{compiled.loops}```\n")
+    if args.write:
+        doc = DOC.read_text(encoding="utf-8")
+        DOC.write_text(H.replace_section(doc, BEGIN, END, text), encoding="utf-8")
+        print(f"recorded in {DOC.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
