@@ -731,9 +731,9 @@ def main(argv: list[str] | None = None) -> int:
                          "fast calls are repeated for at least --min-time")
     ap.add_argument("--min-time", type=float, default=None, metavar="S",
                     help="seconds of calls per framework and row, at least (default 1, --quick 0.1)")
-    ap.add_argument("--budget", type=float, default=None,
-                    help="seconds of timed calls per candidate and row before it stops at >= 3 samples "
-                         "(default 10, --quick 1)")
+    ap.add_argument("--budget", type=float, default=None, metavar="S",
+                    help="seconds of calls (timed and untimed) per framework and row after which a slow one "
+                         "stops at 3 samples (default 10, --quick 1)")
     ap.add_argument("--quiet-below", type=float, default=0.25, metavar="CORES",
                     help="set aside samples taken while other processes kept more than CORES cores busy, "
                          "and run more rounds instead (default 0.25; a negative value keeps every sample)")
