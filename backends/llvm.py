@@ -40,6 +40,11 @@ Semantics that matter for correctness
   stride 1 or 2 (in the last dimension) in the innermost loop -- there vectorizing pays, while a
   vectorized strided reduction turns into gathers and runs slower than the
   scalar loop (measured: 2x slower on a convolution's input gradient).
+  ``contract`` (off by default) lets ``a*b + c`` become a fused
+  multiply-add: one rounding instead of two.  Measured on this repository's
+  benchmarks it did not pay: the strided-convolution gradient got 30 %
+  slower (LLVM's vectorization choices change), the correlation gradient
+  was unchanged.
 * ``x ** c`` with a small integer constant ``c`` is repeated multiplication
   (a reciprocal for ``c < 0``); other powers call ``pow``.
 
@@ -204,6 +209,7 @@ def lower_program(
     dtype: str = "float64",
     target: str = "cpu",
     reassociate: str = "contiguous",
+    contract: bool = False,
 ) -> LLVMModule:
     """Lower every kernel of ``program`` to one LLVM function (see the module docstring).
 
@@ -227,7 +233,7 @@ def lower_program(
     symbols = []
     for index, kernel in enumerate(program.kernels):
         symbol = kernel_symbol(index, kernel)
-        _KernelLowering(module, program, kernel, symbol, elt, dtype, tgt, reassociate).run()
+        _KernelLowering(module, program, kernel, symbol, elt, dtype, tgt, reassociate, contract).run()
         symbols.append(symbol)
     return LLVMModule(module, program, dtype, target, tuple(symbols))
 
@@ -274,6 +280,7 @@ class _KernelLowering:
         dtype: str,
         target: Target,
         reassociate: str,
+        contract: bool = False,
     ) -> None:
         self.module = module
         self.program = program
@@ -284,6 +291,8 @@ class _KernelLowering:
         self.target = target
         self.reassociate = reassociate
         self.loop_vars: list[str] = []
+        # a*b + c may become one fused multiply-add (one rounding instead of two)
+        self.arith_flags: tuple[str, ...] = ("contract",) if contract else ()
         self.where = f"kernel '{kernel.name}'"
 
     # -- functions --------------------------------------------------------
@@ -371,7 +380,7 @@ class _KernelLowering:
                 value = self.expr(s.value, idx, scalars)
                 addr = self.target_address(s.target, s.indices, idx, scalars)
                 old = self.b.load(addr, typ=self.elt)
-                self.b.store(self.b.fadd(old, value, flags=self.accumulate_flags(s)), addr)
+                self.b.store(self.b.fadd(old, value, flags=self.accumulate_flags(s) + self.arith_flags), addr)
             elif isinstance(s, If):
                 self.lower_if(s, idx, scalars)
             else:
@@ -620,7 +629,7 @@ class _KernelLowering:
         op = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}.get(e.op)
         if op is None:
             raise TccError(f"unknown operator '{e.op}' in {self.where}")
-        return op(lhs, rhs)
+        return op(lhs, rhs, flags=self.arith_flags)
 
     def int_power(self, x: ir.Value, n: int) -> ir.Value:
         """``x ** n`` by squaring and multiplying; ``1 / x ** -n`` for negative n."""

@@ -25,8 +25,11 @@ class LowerLLVM(Pass):
     # of results that differ from sequential summation in the last bits; by
     # default only unit-stride ones, where vectorizing pays (backends/llvm.py).
     reassociate: Literal["never", "contiguous", "always"] = "contiguous"
+    # Fused multiply-adds where the target has them (off: measured slower on
+    # the strided-convolution gradient, see backends/llvm.py).
+    contract: bool = False
 
     def run(self, program, ctx: PassContext):
         from tcc.backends.llvm import lower_program  # llvmlite is imported only when code is generated
 
-        return lower_program(program, self.dtype, self.target, self.reassociate)
+        return lower_program(program, self.dtype, self.target, self.reassociate, self.contract)

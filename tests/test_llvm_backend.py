@@ -537,3 +537,17 @@ def test_invalid_llvm_is_a_compiler_bug():
         cpu.optimize(broken)
     with pytest.raises(RuntimeError, match="invalid LLVM IR"):
         cpu.jit(broken)
+
+
+def test_contract_option_allows_fused_multiply_add():
+    body = (Local("s", Const(0)), loop("k", ZERO, n - 1, Accumulate("s", (), Binary("*", x_("a", k), x_("b", k)))),
+            Store("y", (), x_("s")))
+    bufs = [Buffer("a", (n,), "input"), Buffer("b", (n,), "input"), Buffer("y", (), "output")]
+    prog = program(["n"], bufs, Kernel("dot", body))
+    assert "contract" not in str(lower_program(prog))
+    fused = lower_program(prog, contract=True)
+    assert "fmul contract" in str(fused) and "fadd reassoc contract" in str(fused)
+    a, b = np.linspace(0, 1, 101), np.linspace(1, 2, 101)
+    y = np.zeros(())
+    call(cpu.jit(cpu.optimize(fused)), {"a": a, "b": b, "y": y}, {"n": a.size})
+    assert abs(float(y) - float(a @ b)) <= 1e-12 * abs(float(a @ b))
