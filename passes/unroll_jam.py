@@ -1,0 +1,222 @@
+"""``unroll-jam``: unroll a short constant loop around a reduction and jam the copies.
+
+The weight gradient of a 3x3 convolution computes each of the 9 kernel
+positions as its own reduction over the whole batch and image:
+
+    for dw_2 in 0..2 { for dw_3 in 0..2 {
+      local dw_acc = 0
+      for z0, z1, z2 { dw_acc += dy[z0, o, z1, z2] * x[z0, c, dw_2 + 2*z1, dw_3 + 2*z2] }
+      dw[o, c, dw_2, dw_3] = dw_acc } }
+
+so ``dy`` is streamed from memory 9 times.  Unrolling the two short loops and
+fusing ("jamming") the 9 identical reduction nests gives one nest with 9
+accumulators: each ``dy`` element is loaded once and used 9 times, and the
+``x`` reads of neighbouring positions hit the same cache lines.
+
+A loop is unrolled when its bounds are constants with at most ``max_trip``
+iterations, it is not parallel, and every copy of its body has the shape
+*declarations, one reduction band, statements after it*, where the bands of
+all copies have the same loops (same variables and bounds -- so they do not
+depend on the unrolled variable) and only accumulate into scalars.  The
+copies' ``local``/``let`` names get a suffix.  Jamming reorders the copies'
+reductions relative to the statements after each band, which is legal
+because a band only reads buffers that no statement after a band writes
+(checked).  Anything else is left as it was.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tcc.ir.expr import Access, Expr, postorder, substitute, transform
+from tcc.ir.index import Affine, Cond
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, walk_stmts
+from tcc.pass_base import Level, Pass, PassContext
+
+
+# ---------------------------------------------------------------------------
+# Rewriting statements
+# ---------------------------------------------------------------------------
+
+
+def _subst_affine(a: Affine, var: str, value: int) -> Affine:
+    return a.substitute({var: Affine.constant(value)})
+
+
+def _subst_cond(c: Cond, var: str, value: int) -> Cond:
+    return c.substitute({var: Affine.constant(value)})
+
+
+def _rewrite(body: tuple[Stmt, ...], var: str, value: int, names: dict[str, str]) -> tuple[Stmt, ...]:
+    """``body`` with ``var`` := ``value`` and scalar names renamed by ``names``."""
+
+    def expr(e: Expr) -> Expr:
+        e = substitute(e, {var: Affine.constant(value)})
+        if not names:
+            return e
+        return transform(e, lambda n: Access(names[n.tensor], ()) if isinstance(n, Access) and not n.indices and n.tensor in names else n)
+
+    def ix(t: tuple[Affine, ...]) -> tuple[Affine, ...]:
+        return tuple(_subst_affine(a, var, value) for a in t)
+
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, For):
+            out.append(replace(s, lo=ix(s.lo), hi=ix(s.hi), body=_rewrite(s.body, var, value, names)))
+        elif isinstance(s, Let):
+            out.append(Let(names.get(s.name, s.name), expr(s.value)))
+        elif isinstance(s, Local):
+            out.append(Local(names.get(s.name, s.name), expr(s.init)))
+        elif isinstance(s, Store):
+            out.append(Store(s.buffer, ix(s.indices), expr(s.value)))
+        elif isinstance(s, Accumulate):
+            target = names.get(s.target, s.target) if not s.indices else s.target
+            out.append(Accumulate(target, ix(s.indices), expr(s.value)))
+        elif isinstance(s, If):
+            out.append(If(_subst_cond(s.cond, var, value), _rewrite(s.then, var, value, names),
+                          _rewrite(s.orelse, var, value, names)))
+        else:  # pragma: no cover - closed set
+            raise TypeError(s)
+    return tuple(out)
+
+
+def _declared(body: tuple[Stmt, ...]) -> list[str]:
+    return [s.name for s in walk_stmts(body) if isinstance(s, (Let, Local))]
+
+
+# ---------------------------------------------------------------------------
+# Bands
+# ---------------------------------------------------------------------------
+
+
+def _band(s: Stmt) -> list[For] | None:
+    """The perfectly nested loops of a reduction: innermost body only lets and scalar accumulations."""
+    if not isinstance(s, For):
+        return None
+    band = [s]
+    while len(band[-1].body) == 1 and isinstance(band[-1].body[0], For):
+        band.append(band[-1].body[0])
+    inner = band[-1].body
+    if not inner or not all(isinstance(x, Let) or (isinstance(x, Accumulate) and not x.indices) for x in inner):
+        return None
+    return band
+
+
+def _shape(band: list[For]) -> tuple:
+    return tuple((l.var, l.lo, l.hi) for l in band)
+
+
+def _loads(stmts: tuple[Stmt, ...], buffers: set[str]) -> set[str]:
+    names: set[str] = set()
+    for s in walk_stmts(stmts):
+        values: list[Expr] = []
+        if isinstance(s, (Let, Store, Accumulate)):
+            values.append(s.value)
+        elif isinstance(s, Local):
+            values.append(s.init)
+        for v in values:
+            names |= {n.tensor for n in postorder(v) if isinstance(n, Access) and n.tensor in buffers}
+    return names
+
+
+def _written(stmts: tuple[Stmt, ...]) -> set[str]:
+    out: set[str] = set()
+    for s in walk_stmts(stmts):
+        if isinstance(s, Store):
+            out.add(s.buffer)
+        elif isinstance(s, Accumulate) and s.indices:
+            out.add(s.target)
+    return out
+
+
+def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] | None:
+    """One band for all copies, or None when the copies do not have the jammable shape."""
+    heads: list[Stmt] = []
+    tails: list[Stmt] = []
+    bands: list[list[For]] = []
+    for body in copies:
+        pos = [i for i, s in enumerate(body) if isinstance(s, For)]
+        if len(pos) != 1:
+            return None
+        band = _band(body[pos[0]])
+        if band is None:
+            return None
+        head, tail = body[: pos[0]], body[pos[0] + 1 :]
+        if not all(isinstance(s, (Local, Let)) for s in head):
+            return None
+        if any(isinstance(s, For) for s in walk_stmts(tail)):
+            return None
+        heads.extend(head)
+        tails.extend(tail)
+        bands.append(band)
+    if len({_shape(b) for b in bands}) != 1:
+        return None
+    band_bodies = [b[-1].body for b in bands]
+    reads = set().union(*(_loads(bb, buffers) for bb in band_bodies)) | _loads(tuple(heads), buffers)
+    if reads & _written(tuple(tails)):
+        return None
+    inner: tuple[Stmt, ...] = tuple(s for bb in band_bodies for s in bb)
+    for l in reversed(bands[0]):
+        inner = (replace(l, body=inner),)
+    return tuple(heads) + inner + tuple(tails)
+
+
+# ---------------------------------------------------------------------------
+# The pass
+# ---------------------------------------------------------------------------
+
+
+class _UnrollJam:
+    def __init__(self, program: LoopProgram, max_trip: int) -> None:
+        self.buffers = {b.name for b in program.buffers}
+        self.max_trip = max_trip
+
+    def block(self, body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if isinstance(s, For):
+                s = replace(s, body=self.block(s.body))
+                jammed = self.unroll(s)
+                if jammed is not None:
+                    out.extend(jammed)
+                    continue
+            elif isinstance(s, If):
+                s = replace(s, then=self.block(s.then), orelse=self.block(s.orelse))
+            out.append(s)
+        return tuple(out)
+
+    def unroll(self, s: For) -> tuple[Stmt, ...] | None:
+        if s.parallel or len(s.lo) != 1 or len(s.hi) != 1:
+            return None
+        lo, hi = s.lo[0], s.hi[0]
+        if not (lo.is_constant and hi.is_constant):
+            return None
+        first, last = lo.const, hi.const
+        if not 2 <= last - first + 1 <= self.max_trip:
+            return None
+        if _band(s) is not None:
+            return None  # s is itself part of a reduction band: interchange's business, not ours
+        declared = _declared(s.body)
+        copies = []
+        for value in range(first, last + 1):
+            names = {n: f"{n}_u{value - first}" for n in declared}
+            copies.append(_rewrite(s.body, s.var, value, names))
+        return _jam(copies, self.buffers)
+
+
+def unroll_jam_program(program: LoopProgram, max_trip: int = 4) -> LoopProgram:
+    u = _UnrollJam(program, max_trip)
+    return program.with_kernels(tuple(Kernel(k.name, u.block(k.body)) for k in program.kernels))
+
+
+@dataclass(frozen=True)
+class UnrollJam(Pass):
+    """Unroll short constant loops around reductions and fuse the copies' reductions."""
+
+    name = "unroll-jam"
+    level = Level.LOOPS
+    summary = "unroll short constant loops around a reduction and jam the copies into one nest"
+
+    max_trip: int = 4
+
+    def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
+        return unroll_jam_program(program, self.max_trip)

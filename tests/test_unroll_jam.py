@@ -1,0 +1,73 @@
+"""``unroll-jam``: short constant loops around reductions unrolled, the copies' reductions fused."""
+from __future__ import annotations
+
+import tcc
+from compare import assert_matches_interpreter
+from tcc.pipeline import run_pipeline
+
+CONV = """input x[B, C, H, W], w[O, C, 3, 3]
+y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])
+"""
+SIZES = {"B": 2, "C": 2, "H": 9, "W": 7, "O": 3}
+
+
+def _loops(program, passes):
+    return str(run_pipeline(tcc.transform(program, "infer-ranges"), passes))
+
+
+def test_conv_weight_gradient_gets_nine_accumulators_in_one_nest():
+    g = tcc.grad(CONV, of="y", wrt="x,w")
+    text = _loops(g, "lower-loops,interchange,hoist,unroll-jam")
+    dw = text[text.index("kernel dw"):]
+    assert dw.count("local dw_acc_u") == 9
+    assert dw.count("for dw_z2 in") == 1  # one reduction nest, not nine
+    assert "dw_acc_u2_u2 += dy[dw_z0, dw_0, dw_z1, dw_z2] * x[dw_z0, dw_1, 2*dw_z1 + 2, 2*dw_z2 + 2]" in dw
+    assert "dw[dw_0, dw_1, 2, 2] = dw_acc_u2_u2" in dw
+    assert "for dw_2" not in dw and "for dw_3" not in dw
+    assert_matches_interpreter(g, SIZES, passes="infer-ranges,lower-loops,interchange,hoist,unroll-jam")
+    assert_matches_interpreter(g, SIZES)
+
+
+def test_band_depending_on_the_unrolled_variable_is_left_alone():
+    src = "input x[3]\noutput y[3]\ny[j] = sum[k: 0..j](x[k])\n"
+    before = _loops(tcc.parse(src), "lower-loops")
+    assert _loops(tcc.parse(src), "lower-loops,unroll-jam") == before
+    assert_matches_interpreter(tcc.parse(src), {}, passes="infer-ranges,lower-loops,unroll-jam")
+
+
+def test_long_or_symbolic_loops_are_not_unrolled():
+    src = "input x[n, 5]\noutput y[5]\ny[j] = sum[k](x[k, j])\n"
+    assert "for j in 0..4" in _loops(tcc.parse(src), "lower-loops,unroll-jam")
+    assert "_u0" in _loops(tcc.parse(src), "lower-loops,unroll-jam{max-trip=5}")
+    sym = "input x[n, m]\ny[j] = sum[k](x[k, j])\n"
+    assert "_u0" not in _loops(tcc.parse(sym), "lower-loops,unroll-jam")
+
+
+def test_unroll_jam_is_deterministic():
+    g = tcc.grad(CONV, of="y", wrt="x,w")
+    assert _loops(g, "lower-loops,interchange,unroll-jam") == _loops(g, "lower-loops,interchange,unroll-jam")
+
+
+def test_copies_are_not_jammed_when_a_band_reads_what_a_tail_writes():
+    from tcc.ir.loops_parser import parse_loop_program
+    from tcc.passes.unroll_jam import unroll_jam_program
+
+    text = """# tcc loops
+sizes n
+input x[n]
+output y[2]
+
+kernel y {
+  for j in 0..1 {
+    local acc = 0
+    for k in 0..n - 1 {
+      acc += x[k] * y[0]
+    }
+    y[j] = acc
+  }
+}
+"""
+    program = parse_loop_program(text)
+    assert unroll_jam_program(program) == program
+    jammable = parse_loop_program(text.replace("x[k] * y[0]", "x[k] * x[0]"))
+    assert "acc_u1 += x[k] * x[0]" in str(unroll_jam_program(jammable))
