@@ -34,7 +34,9 @@ rejected loop may be fine; an accepted one is).  In ``parallel for v``:
   only touches elements whose ``p``-th coordinate is its own: no two
   iterations touch the same element of a written buffer.  Requiring the same
   expression at ``p`` for all writes is what makes two writes ``y[i]`` and
-  ``y[i + 1]`` a race, as they are.
+  ``y[i + 1]`` a race, as they are.  One relaxation: the expressions may
+  differ by constants spanning less than ``|c|`` (``y[4*s]`` .. ``y[4*s + 3]``,
+  what strip-mining writes): those never meet across iterations either.
 
 Errors are :class:`~tcc.diagnostics.TccError` s; when the program came from
 :func:`tcc.ir.loops_parser.parse_loop_program` they carry the location of the
@@ -336,7 +338,7 @@ class _Verifier:
                     first.stmt,
                 )
             for a in accesses:
-                candidates = [p for p in candidates if a.indices[p] == first.indices[p]]
+                candidates = [p for p in candidates if _same_strip(a.indices[p], first.indices[p], v, accesses, p)]
                 if not candidates:
                     other = _ref(name, a.indices)
                     what = "written" if a.write else "read"
@@ -345,6 +347,23 @@ class _Verifier:
                         f" they may touch the same element of '{name}' in different iterations",
                         a.stmt,
                     )
+
+
+def _same_strip(ix: Affine, first: Affine, var: str, accesses: list, p: int) -> bool:
+    """``ix`` is ``first`` plus a constant, and all accesses' constants at ``p`` span less than ``|c|``.
+
+    ``c*v + r + d_k`` for constants ``d_k`` with ``max d - min d < |c|`` never
+    meet across iterations (strip-mined code writes ``y[4*s]`` .. ``y[4*s + 3]``).
+    """
+    if ix == first:
+        return True
+    offsets = []
+    for a in accesses:
+        d = a.indices[p] - first
+        if not d.is_constant:
+            return False
+        offsets.append(d.const)
+    return max(offsets + [0]) - min(offsets + [0]) < abs(first.coeff(var))
 
 
 def _separates(ix: Affine, var: str, inner: frozenset[str]) -> bool:

@@ -13,7 +13,9 @@ same in *every* access to that buffer inside the loop (writes and reads) and
 has the form ``c*v + r`` with ``c != 0``, ``v`` not inside ``//`` or ``%``,
 and ``r`` made of sizes only (no variable of a loop inside).  That
 expression is one to one in ``v``, so iteration ``v`` only touches elements
-whose coordinate there is its own.  A 0-d buffer written inside (a scalar
+whose coordinate there is its own (the expressions may also differ by
+constants spanning less than ``|c|``, as strip-mined code's ``y[4*s]`` ..
+``y[4*s + 3]`` do).  A 0-d buffer written inside (a scalar
 result), two different writes ``y[i]`` and ``y[i + 1]``, or a read of a
 written buffer at another index (``y[i - 1]``) fail the test.  This is
 exactly the rule :func:`tcc.ir.loops_verifier.verify_loops` checks, so
@@ -52,11 +54,23 @@ def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:
         of_name = [ix for n, ix, _ in accesses if n == name]
         first = of_name[0]
         if not any(
-            separates(e, loop.var, sizes) and all(len(ix) == len(first) and ix[p] == e for ix in of_name)
+            separates(e, loop.var, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
             for p, e in enumerate(first)
         ):
             return False
     return True
+
+
+def _strip(of_name: list, p: int, e: Affine, var: str) -> bool:
+    """Every access has ``e + d`` at ``p`` for constants ``d`` spanning less than ``|coeff of var|``
+    (``y[4*s]`` .. ``y[4*s + 3]`` never meet across iterations; ``y[i]``, ``y[i + 1]`` do)."""
+    offsets = []
+    for ix in of_name:
+        d = ix[p] - e
+        if not d.is_constant:
+            return False
+        offsets.append(d.const)
+    return max(offsets) - min(offsets) < abs(e.coeff(var))
 
 
 def parallelize(program: LoopProgram) -> LoopProgram:

@@ -22,6 +22,13 @@ copies' ``local``/``let`` names get a suffix.  Jamming reorders the copies'
 reductions relative to the statements after each band, which is legal
 because a band only reads buffers that no statement after a band writes
 (checked).  Anything else is left as it was.
+
+The same jam serves a kernel that is one loop with a *symbolic* trip count
+around a reduction -- the weight gradient of a correlation, ``dw[v] =
+sum[z](dy[z] * x[v + z])``, streams ``dy`` once per ``v``: the loop is
+strip-mined by ``strip`` (default 4), each full strip's copies are jammed (one
+``dy`` load, ``strip`` accumulators, ``x`` reads in the same cache lines), and
+the at most ``strip - 1`` remaining iterations run as a second kernel.
 """
 from __future__ import annotations
 
@@ -38,19 +45,23 @@ from tcc.pass_base import Level, Pass, PassContext
 # ---------------------------------------------------------------------------
 
 
-def _subst_affine(a: Affine, var: str, value: int) -> Affine:
-    return a.substitute({var: Affine.constant(value)})
+def _lift(value: int | Affine) -> Affine:
+    return value if isinstance(value, Affine) else Affine.constant(value)
 
 
-def _subst_cond(c: Cond, var: str, value: int) -> Cond:
-    return c.substitute({var: Affine.constant(value)})
+def _subst_affine(a: Affine, var: str, value: int | Affine) -> Affine:
+    return a.substitute({var: _lift(value)})
 
 
-def _rewrite(body: tuple[Stmt, ...], var: str, value: int, names: dict[str, str]) -> tuple[Stmt, ...]:
+def _subst_cond(c: Cond, var: str, value: int | Affine) -> Cond:
+    return c.substitute({var: _lift(value)})
+
+
+def _rewrite(body: tuple[Stmt, ...], var: str, value: int | Affine, names: dict[str, str]) -> tuple[Stmt, ...]:
     """``body`` with ``var`` := ``value`` and scalar names renamed by ``names``."""
 
     def expr(e: Expr) -> Expr:
-        e = substitute(e, {var: Affine.constant(value)})
+        e = substitute(e, {var: _lift(value)})
         if not names:
             return e
         return transform(e, lambda n: Access(names[n.tensor], ()) if isinstance(n, Access) and not n.indices and n.tensor in names else n)
@@ -203,9 +214,51 @@ class _UnrollJam:
         return _jam(copies, self.buffers)
 
 
-def unroll_jam_program(program: LoopProgram, max_trip: int = 4) -> LoopProgram:
+    def strip(self, kernel: Kernel, factor: int) -> tuple[Kernel, ...]:
+        """A kernel that is one loop with a symbolic trip count around a reduction,
+        strip-mined by ``factor``: full strips jammed, the remainder as its own kernel.
+
+        ``for v in lo..hi { acc = 0; for z {..}; out[v] = acc }`` becomes
+        ``for b in 0..(hi - lo + 1) // factor - 1 { <factor jammed copies, v := lo + factor*b + u> }``
+        then ``for v in lo + factor*((hi - lo + 1) // factor)..hi { <original body> }``.
+        Each strip writes its own ``factor`` elements, so both loops stay race-free
+        (and the ``parallel`` pass can prove it: the index is ``factor*b + u``).
+        """
+        if len(kernel.body) != 1 or not isinstance(kernel.body[0], For):
+            return (kernel,)
+        loop = kernel.body[0]
+        if loop.parallel or len(loop.lo) != 1 or len(loop.hi) != 1 or factor < 2:
+            return (kernel,)
+        lo, hi = loop.lo[0], loop.hi[0]
+        if lo.is_constant and hi.is_constant:
+            return (kernel,)
+        if _band(loop) is not None:
+            return (kernel,)
+        taken = {s.var for s in walk_stmts(loop.body) if isinstance(s, For)} | set(_declared(loop.body)) | {loop.var}
+        strip_var = loop.var + "_s"
+        while strip_var in taken or strip_var in self.buffers:
+            strip_var += "_"
+        start = lo + Affine.var(strip_var, factor)
+        declared = _declared(loop.body)
+        copies = [
+            _rewrite(loop.body, loop.var, start + u, {n: f"{n}_u{u}" for n in declared}) for u in range(factor)
+        ]
+        jammed = _jam(copies, self.buffers)
+        if jammed is None:
+            return (kernel,)
+        strips = (hi - lo + 1).floordiv(factor)
+        main = Kernel(kernel.name, (For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),))
+        rest = Kernel(kernel.name + "_rest", (replace(loop, lo=(lo + strips * factor,)),))
+        return (main, rest)
+
+
+def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) -> LoopProgram:
     u = _UnrollJam(program, max_trip)
-    return program.with_kernels(tuple(Kernel(k.name, u.block(k.body)) for k in program.kernels))
+    kernels: list[Kernel] = []
+    for k in program.kernels:
+        k = Kernel(k.name, u.block(k.body))
+        kernels.extend(u.strip(k, strip) if strip > 1 else (k,))
+    return program.with_kernels(tuple(kernels))
 
 
 @dataclass(frozen=True)
@@ -217,6 +270,7 @@ class UnrollJam(Pass):
     summary = "unroll short constant loops around a reduction and jam the copies into one nest"
 
     max_trip: int = 4
+    strip: int = 4
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
-        return unroll_jam_program(program, self.max_trip)
+        return unroll_jam_program(program, self.max_trip, self.strip)

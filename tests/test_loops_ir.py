@@ -679,3 +679,14 @@ def test_docs_example_round_trips_and_verifies():
     p = parse_loop_program(text, "ir.md")
     assert str(p) == text
     verify_loops(p)
+
+
+def test_parallel_strips_that_cannot_meet_are_race_free():
+    # y[4*q] .. y[4*q + 3]: offsets span 3 < 4, iterations never meet (strip-mined code)
+    ok(kernel("parallel for q in 0..n // 4 - 1 {", "  y[4*q] = 1", "  y[4*q + 3] = 2", "}"), PHEAD)
+    # y[2*q] and y[2*q + 2]: iteration s + 1 writes what iteration s wrote
+    e = verify_error(kernel("parallel for q in 0..n // 4 - 1 {", "  y[2*q] = 1", "  y[2*q + 2] = 2", "}"), PHEAD)
+    assert e.message == (
+        "in kernel 'k': parallel loop 'q' may race: y[2*q] is written and y[2*q + 2] written;"
+        " they may touch the same element of 'y' in different iterations"
+    )

@@ -40,7 +40,21 @@ def test_long_or_symbolic_loops_are_not_unrolled():
     assert "for j in 0..4" in _loops(tcc.parse(src), "lower-loops,unroll-jam")
     assert "_u0" in _loops(tcc.parse(src), "lower-loops,unroll-jam{max-trip=5}")
     sym = "input x[n, m]\ny[j] = sum[k](x[k, j])\n"
-    assert "_u0" not in _loops(tcc.parse(sym), "lower-loops,unroll-jam")
+    assert "_u0" not in _loops(tcc.parse(sym), "lower-loops,unroll-jam{strip=1}")
+
+
+CORR = "input x[n], w[m]\ny[i] = sum[k](x[i + k] * w[k])\n"
+
+
+def test_symbolic_outer_loop_is_strip_mined_and_jammed():
+    g = tcc.grad(CORR, of="y", wrt="x,w")
+    text = _loops(g, "lower-loops,interchange,hoist,unroll-jam,fuse,reuse-buffers,parallel")
+    assert "parallel for dw_0_s in 0..m // 4 - 1 {" in text
+    assert "dw_acc_u3 += dy[dw_z0] * x[4*dw_0_s + dw_z0 + 3]" in text
+    assert "dw[4*dw_0_s + 3] = dw_acc_u3" in text
+    assert "kernel dw_rest {\n  parallel for dw_0 in 4*(m // 4)..m - 1 {" in text
+    for m in (1, 3, 4, 5, 8, 11):  # no full strip, only strips, strips and a remainder
+        assert_matches_interpreter(g, {"n": m + 6, "m": m})
 
 
 def test_unroll_jam_is_deterministic():
