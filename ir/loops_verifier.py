@@ -50,8 +50,8 @@ from typing import Callable, Union
 from tcc.diagnostics import TccError
 
 from .expr import Access, CSum, Expr, Sum, Where, postorder
-from .index import Affine, FloorDiv, Mod
-from .loops import ROLES, Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, walk_stmts
+from .index import Affine
+from .loops import ROLES, Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, strides_with, walk_stmts
 from .program import Loc, SourceMap
 
 __all__ = ["verify_loops"]
@@ -368,9 +368,4 @@ def _same_strip(ix: Affine, first: Affine, var: str, accesses: list, p: int) -> 
 
 def _separates(ix: Affine, var: str, inner: frozenset[str]) -> bool:
     """``ix`` is ``c*var + rest`` with ``c != 0`` and ``rest`` free of ``var`` and of ``inner``."""
-    if ix.coeff(var) == 0:
-        return False
-    for atom in ix.atoms():
-        if isinstance(atom, (FloorDiv, Mod)) and var in atom.num.names():
-            return False
-    return not (set(ix.names()) - {var}) & inner
+    return strides_with(ix, var) and not (set(ix.names()) - {var}) & inner

@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from tcc.ir.expr import Access, Expr, Where, fresh_name, postorder, transform
-from tcc.ir.index import Affine, FloorDiv, Mod
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+from tcc.ir.expr import Access, Expr, fresh_name, postorder, transform
+from tcc.ir.index import Affine
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, strides_with, substitute_stmts
 from tcc.pass_base import Level, Pass, PassContext
 from tcc.passes.hoist import all_writes, bound_inside, loads, map_exprs, program_names, rename_reads
 
@@ -51,40 +51,7 @@ def rename(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:
     """Rename loop variables and scalars (``let``/``local``) throughout ``body``."""
     if not names:
         return tuple(body)
-    sub = {old: Affine.var(new) for old, new in names.items()}
-
-    def aff(items: Iterable[Affine]) -> tuple[Affine, ...]:
-        return tuple(a.substitute(sub) for a in items)
-
-    def node(n: Expr) -> Expr:
-        if isinstance(n, Access):
-            name = names.get(n.tensor, n.tensor) if not n.indices else n.tensor
-            return Access(name, aff(n.indices))
-        if isinstance(n, Where):
-            return Where(n.cond.substitute(sub), n.then, n.other)
-        return n
-
-    def expr(e: Expr) -> Expr:
-        return transform(e, node)
-
-    out: list[Stmt] = []
-    for s in body:
-        if isinstance(s, For):
-            out.append(replace(s, var=names.get(s.var, s.var), lo=aff(s.lo), hi=aff(s.hi), body=rename(s.body, names)))
-        elif isinstance(s, If):
-            out.append(replace(s, cond=s.cond.substitute(sub), then=rename(s.then, names), orelse=rename(s.orelse, names)))
-        elif isinstance(s, Let):
-            out.append(Let(names.get(s.name, s.name), expr(s.value)))
-        elif isinstance(s, Local):
-            out.append(Local(names.get(s.name, s.name), expr(s.init)))
-        elif isinstance(s, Store):
-            out.append(Store(s.buffer, aff(s.indices), expr(s.value)))
-        elif isinstance(s, Accumulate):
-            target = names.get(s.target, s.target) if not s.indices else s.target
-            out.append(Accumulate(target, aff(s.indices), expr(s.value)))
-        else:  # pragma: no cover
-            raise TypeError(s)
-    return tuple(out)
+    return substitute_stmts(tuple(body), {old: Affine.var(new) for old, new in names.items()}, names)
 
 
 # ---------------------------------------------------------------------------
@@ -128,12 +95,7 @@ def buffer_accesses(body: Sequence[Stmt], buffers: set[str]) -> list[tuple[str, 
 
 def owns(ix: Affine, var: str, outer: set[str]) -> bool:
     """``ix`` is ``c*var + r`` with ``c != 0`` and ``r`` using only ``outer`` names."""
-    if ix.coeff(var) == 0:
-        return False
-    for atom in ix.atoms():
-        if isinstance(atom, (FloorDiv, Mod)) and var in atom.num.names():
-            return False
-    return set(ix.names()) - {var} <= outer
+    return strides_with(ix, var) and set(ix.names()) - {var} <= outer
 
 
 def separated(accesses: list[tuple[str, tuple[Affine, ...], bool]], fused: Sequence[str], sizes: set[str]) -> bool:

@@ -24,19 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, postorder
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, LoopProgram, Stmt
+from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, reduction_band
 from tcc.pass_base import Level, Pass, PassContext
 
 
 def _band(loop: For) -> list[For] | None:
     """The perfectly nested loops from ``loop`` down, if they form a reduction band of length >= 2."""
-    band = [loop]
-    while len(band[-1].body) == 1 and isinstance(band[-1].body[0], For):
-        band.append(band[-1].body[0])
-    if len(band) < 2:
-        return None
-    inner = band[-1].body
-    if not inner or not all(isinstance(s, Let) or (isinstance(s, Accumulate) and not s.indices) for s in inner):
+    band = reduction_band(loop)
+    if band is None or len(band) < 2:
         return None
     names = {l.var for l in band}
     for l in band:

@@ -30,20 +30,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.index import Affine, FloorDiv, Mod
-from tcc.ir.loops import For, Kernel, LoopProgram
+from tcc.ir.index import Affine
+from tcc.ir.loops import For, Kernel, LoopProgram, strides_with
 from tcc.pass_base import Level, Pass, PassContext
 from tcc.passes.fuse import buffer_accesses
 
 
 def separates(ix: Affine, var: str, sizes: set[str]) -> bool:
     """``ix`` is ``c*var + r`` with ``c != 0``, var outside ``//``/``%``, and ``r`` over sizes only."""
-    if ix.coeff(var) == 0:
-        return False
-    for atom in ix.atoms():
-        if isinstance(atom, (FloorDiv, Mod)) and var in atom.num.names():
-            return False
-    return set(ix.names()) - {var} <= sizes
+    return strides_with(ix, var) and set(ix.names()) - {var} <= sizes
 
 
 def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Expr, postorder, substitute, transform
-from tcc.ir.index import Affine, Cond
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, walk_stmts
+from tcc.ir.expr import Access, Expr, postorder
+from tcc.ir.index import Affine
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band, substitute_stmts, walk_stmts
 from tcc.pass_base import Level, Pass, PassContext
 
 
@@ -45,49 +45,9 @@ from tcc.pass_base import Level, Pass, PassContext
 # ---------------------------------------------------------------------------
 
 
-def _lift(value: int | Affine) -> Affine:
-    return value if isinstance(value, Affine) else Affine.constant(value)
-
-
-def _subst_affine(a: Affine, var: str, value: int | Affine) -> Affine:
-    return a.substitute({var: _lift(value)})
-
-
-def _subst_cond(c: Cond, var: str, value: int | Affine) -> Cond:
-    return c.substitute({var: _lift(value)})
-
-
-def _rewrite(body: tuple[Stmt, ...], var: str, value: int | Affine, names: dict[str, str]) -> tuple[Stmt, ...]:
+def _rewrite(body: tuple[Stmt, ...], var: str, value: Affine, names: dict[str, str]) -> tuple[Stmt, ...]:
     """``body`` with ``var`` := ``value`` and scalar names renamed by ``names``."""
-
-    def expr(e: Expr) -> Expr:
-        e = substitute(e, {var: _lift(value)})
-        if not names:
-            return e
-        return transform(e, lambda n: Access(names[n.tensor], ()) if isinstance(n, Access) and not n.indices and n.tensor in names else n)
-
-    def ix(t: tuple[Affine, ...]) -> tuple[Affine, ...]:
-        return tuple(_subst_affine(a, var, value) for a in t)
-
-    out: list[Stmt] = []
-    for s in body:
-        if isinstance(s, For):
-            out.append(replace(s, lo=ix(s.lo), hi=ix(s.hi), body=_rewrite(s.body, var, value, names)))
-        elif isinstance(s, Let):
-            out.append(Let(names.get(s.name, s.name), expr(s.value)))
-        elif isinstance(s, Local):
-            out.append(Local(names.get(s.name, s.name), expr(s.init)))
-        elif isinstance(s, Store):
-            out.append(Store(s.buffer, ix(s.indices), expr(s.value)))
-        elif isinstance(s, Accumulate):
-            target = names.get(s.target, s.target) if not s.indices else s.target
-            out.append(Accumulate(target, ix(s.indices), expr(s.value)))
-        elif isinstance(s, If):
-            out.append(If(_subst_cond(s.cond, var, value), _rewrite(s.then, var, value, names),
-                          _rewrite(s.orelse, var, value, names)))
-        else:  # pragma: no cover - closed set
-            raise TypeError(s)
-    return tuple(out)
+    return substitute_stmts(body, {var: value}, names)
 
 
 def _declared(body: tuple[Stmt, ...]) -> list[str]:
@@ -100,16 +60,7 @@ def _declared(body: tuple[Stmt, ...]) -> list[str]:
 
 
 def _band(s: Stmt) -> list[For] | None:
-    """The perfectly nested loops of a reduction: innermost body only lets and scalar accumulations."""
-    if not isinstance(s, For):
-        return None
-    band = [s]
-    while len(band[-1].body) == 1 and isinstance(band[-1].body[0], For):
-        band.append(band[-1].body[0])
-    inner = band[-1].body
-    if not inner or not all(isinstance(x, Let) or (isinstance(x, Accumulate) and not x.indices) for x in inner):
-        return None
-    return band
+    return reduction_band(s) if isinstance(s, For) else None
 
 
 def _shape(band: list[For]) -> tuple:
@@ -210,7 +161,7 @@ class _UnrollJam:
         copies = []
         for value in range(first, last + 1):
             names = {n: f"{n}_u{value - first}" for n in declared}
-            copies.append(_rewrite(s.body, s.var, value, names))
+            copies.append(_rewrite(s.body, s.var, Affine.constant(value), names))
         return _jam(copies, self.buffers)
 
 
