@@ -22,7 +22,7 @@ import numpy as np
 from tcc.diagnostics import TccError
 from tcc.pass_base import Level, Pass
 
-DEFAULT_LOOP_PIPELINE = "infer-ranges,lower-loops,interchange,hoist,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
+DEFAULT_LOOP_PIPELINE = "infer-ranges,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
 TARGETS = ("cpu",)
 DTYPES = ("float64", "float32")
 

@@ -35,6 +35,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
     "interchange": "tcc.passes.interchange:Interchange",
     "hoist": "tcc.passes.hoist:Hoist",
+    "peel": "tcc.passes.peel:Peel",
     "reduce-in-place": "tcc.passes.reduce_in_place:ReduceInPlace",
     "unroll-jam": "tcc.passes.unroll_jam:UnrollJam",
     "fuse": "tcc.passes.fuse:Fuse",

@@ -23,8 +23,8 @@ reductions relative to the statements after each band, which is legal
 because a band only reads buffers that no statement after a band writes
 (checked).  Anything else is left as it was.
 
-The same jam serves a kernel that is one loop with a *symbolic* trip count
-around a reduction -- the weight gradient of a correlation, ``dw[v] =
+The same jam serves a kernel that is one loop with a longer (or symbolic) trip
+count around a reduction -- the weight gradient of a correlation, ``dw[v] =
 sum[z](dy[z] * x[v + z])``, streams ``dy`` once per ``v``: the loop is
 strip-mined by ``strip`` (default 4), each full strip's copies are jammed (one
 ``dy`` load, ``strip`` accumulators, ``x`` reads in the same cache lines), and
@@ -166,7 +166,7 @@ class _UnrollJam:
 
 
     def strip(self, kernel: Kernel, factor: int) -> tuple[Kernel, ...]:
-        """A kernel that is one loop with a symbolic trip count around a reduction,
+        """A kernel that is one loop (at least ``factor`` iterations or symbolic) around a reduction,
         strip-mined by ``factor``: full strips jammed, the remainder as its own kernel.
 
         ``for v in lo..hi { acc = 0; for z {..}; out[v] = acc }`` becomes
@@ -181,7 +181,7 @@ class _UnrollJam:
         if loop.parallel or len(loop.lo) != 1 or len(loop.hi) != 1 or factor < 2:
             return (kernel,)
         lo, hi = loop.lo[0], loop.hi[0]
-        if lo.is_constant and hi.is_constant:
+        if lo.is_constant and hi.is_constant and hi.const - lo.const + 1 < factor:
             return (kernel,)
         if _band(loop) is not None:
             return (kernel,)
@@ -194,6 +194,8 @@ class _UnrollJam:
         copies = [
             _rewrite(loop.body, loop.var, start + u, {n: f"{n}_u{u}" for n in declared}) for u in range(factor)
         ]
+        if _short_band(loop.body):
+            return (kernel,)
         jammed = _jam(copies, self.buffers)
         if jammed is None:
             return (kernel,)
@@ -201,6 +203,29 @@ class _UnrollJam:
         main = Kernel(kernel.name, (For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),))
         rest = Kernel(kernel.name + "_rest", (replace(loop, lo=(lo + strips * factor,)),))
         return (main, rest)
+
+
+SHORT_BAND = 1024
+
+
+def _short_band(body: tuple[Stmt, ...]) -> bool:
+    """The reduction in ``body`` has a constant trip count below :data:`SHORT_BAND`.
+
+    Strip-mining pays for long reductions, which stream their operands from
+    memory once per copy; a short one (the 31 taps of a correlation's forward
+    pass) is already cheap per element, and LLVM vectorises the outer loop of
+    the original form better than the jammed one (measured 1.37 vs 1.51 ms).
+    """
+    trips = 1
+    for s in body:
+        band = _band(s)
+        if band is None:
+            continue
+        for l in band:
+            if len(l.lo) != 1 or len(l.hi) != 1 or not (l.lo[0].is_constant and l.hi[0].is_constant):
+                return False
+            trips *= max(0, l.hi[0].const - l.lo[0].const + 1)
+    return trips < SHORT_BAND
 
 
 def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) -> LoopProgram:

@@ -37,7 +37,13 @@ def test_band_depending_on_the_unrolled_variable_is_left_alone():
 
 def test_long_or_symbolic_loops_are_not_unrolled():
     src = "input x[n, 5]\noutput y[5]\ny[j] = sum[k](x[k, j])\n"
-    assert "for j in 0..4" in _loops(tcc.parse(src), "lower-loops,unroll-jam")
+    assert "for j in 0..4" in _loops(tcc.parse(src), "lower-loops,unroll-jam{strip=1}")
+    # a long constant loop around a long reduction is strip-mined instead (one strip of 4, one rest)
+    text = _loops(tcc.parse(src), "lower-loops,unroll-jam")
+    assert "for j_s in 0..0 {" in text and "kernel y_rest {\n  for j in 4..4 {" in text
+    # ... but not around a short constant reduction (the forward pass of a correlation)
+    short = "input x[40], w[31]\ny[i] = sum[k](x[i + k] * w[k])\n"
+    assert "_rest" not in _loops(tcc.parse(short), "lower-loops,unroll-jam")
     assert "_u0" in _loops(tcc.parse(src), "lower-loops,unroll-jam{max-trip=5}")
     sym = "input x[n, m]\ny[j] = sum[k](x[k, j])\n"
     assert "_u0" not in _loops(tcc.parse(sym), "lower-loops,unroll-jam{strip=1}")
