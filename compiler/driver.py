@@ -292,6 +292,8 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     if missing:
         where = f"'{args.inputs}'" if args.inputs is not None else "the inputs (no --inputs given)"
         raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} in {where}")
+    if args.threads is not None and args.threads < 1:
+        raise TccError(f"--threads must be a positive integer, got {args.threads}")
     if args.reference:
         program = run_pipeline(program, [InferRanges()])
         results = evaluate(program, arrays, np.dtype(args.dtype))
