@@ -286,6 +286,15 @@ def strides_with(ix: Affine, var: str) -> bool:
     return not any(isinstance(a, (FloorDiv, Mod)) and var in a.num.names() for a in ix.atoms())
 
 
+def fold_bounds(terms: tuple[Affine, ...], lower: bool) -> tuple[Affine, ...]:
+    """Merge the constant terms of a ``max`` (lower) or ``min`` (upper) bound and drop repeats."""
+    consts = [t.const for t in terms if t.is_constant]
+    rest = tuple(dict.fromkeys(t for t in terms if not t.is_constant))
+    if not consts:
+        return rest
+    return (Affine.constant(max(consts) if lower else min(consts)),) + rest
+
+
 def reduction_band(loop: For) -> list[For] | None:
     """The perfectly nested loops from ``loop`` down whose innermost body only
     binds ``let``s and accumulates into scalars -- a reduction whose loops may

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
-from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, strides_with
+from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, fold_bounds, strides_with
 from tcc.pass_base import Level, Pass, PassContext
 
 
@@ -88,17 +88,8 @@ def _simplify(body: tuple[Stmt, ...], var: str, sizes: set[str], found: list[tup
     return tuple(out)
 
 
-def _fold(terms: tuple[Affine, ...], lower: bool) -> tuple[Affine, ...]:
-    """Merge the constant terms of a ``max`` (lower) or ``min`` bound and drop repeats."""
-    consts = [t.const for t in terms if t.is_constant]
-    rest = tuple(dict.fromkeys(t for t in terms if not t.is_constant))
-    if not consts:
-        return rest
-    return (Affine.constant(max(consts) if lower else min(consts)),) + rest
-
-
 def _loop(loop: For, lo: tuple[Affine, ...], hi: tuple[Affine, ...], body: tuple[Stmt, ...] | None = None) -> For:
-    return replace(loop, lo=_fold(lo, True), hi=_fold(hi, False), body=loop.body if body is None else body)
+    return replace(loop, lo=fold_bounds(lo, True), hi=fold_bounds(hi, False), body=loop.body if body is None else body)
 
 
 def peel_kernel(kernel: Kernel, sizes: set[str]) -> tuple[Kernel, ...]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Expr, postorder
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band, substitute_stmts, walk_stmts
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, fold_bounds, reduction_band, substitute_stmts, walk_stmts
 from tcc.pass_base import Level, Pass, PassContext
 
 
@@ -130,7 +130,29 @@ def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] 
 class _UnrollJam:
     def __init__(self, program: LoopProgram, max_trip: int) -> None:
         self.buffers = {b.name for b in program.buffers}
+        self.sizes = set(program.sizes)
         self.max_trip = max_trip
+        self.taken: set[str] = set()
+
+    def start_kernel(self, kernel: Kernel) -> None:
+        """New names must avoid buffers, sizes and every name the kernel binds."""
+        self.taken = self.buffers | self.sizes
+        for s in walk_stmts(kernel.body):
+            if isinstance(s, For):
+                self.taken.add(s.var)
+            elif isinstance(s, (Let, Local)):
+                self.taken.add(s.name)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 2
+        while name in self.taken:
+            name = f"{base}_{k}"
+            k += 1
+        self.taken.add(name)
+        return name
+
+    def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
+        return {n: self.fresh(f"{n}_u{copy}") for n in declared}
 
     def block(self, body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
         out: list[Stmt] = []
@@ -160,7 +182,7 @@ class _UnrollJam:
         declared = _declared(s.body)
         copies = []
         for value in range(first, last + 1):
-            names = {n: f"{n}_u{value - first}" for n in declared}
+            names = self.copy_names(declared, value - first)
             copies.append(_rewrite(s.body, s.var, Affine.constant(value), names))
         return _jam(copies, self.buffers)
 
@@ -185,23 +207,20 @@ class _UnrollJam:
             return (kernel,)
         if _band(loop) is not None:
             return (kernel,)
-        taken = {s.var for s in walk_stmts(loop.body) if isinstance(s, For)} | set(_declared(loop.body)) | {loop.var}
-        strip_var = loop.var + "_s"
-        while strip_var in taken or strip_var in self.buffers:
-            strip_var += "_"
-        start = lo + Affine.var(strip_var, factor)
-        declared = _declared(loop.body)
-        copies = [
-            _rewrite(loop.body, loop.var, start + u, {n: f"{n}_u{u}" for n in declared}) for u in range(factor)
-        ]
         if _short_band(loop.body):
             return (kernel,)
+        self.start_kernel(kernel)
+        strip_var = self.fresh(loop.var + "_s")
+        start = lo + Affine.var(strip_var, factor)
+        declared = _declared(loop.body)
+        copies = [_rewrite(loop.body, loop.var, start + u, self.copy_names(declared, u)) for u in range(factor)]
         jammed = _jam(copies, self.buffers)
         if jammed is None:
             return (kernel,)
         strips = (hi - lo + 1).floordiv(factor)
         main = Kernel(kernel.name, (For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),))
-        rest = Kernel(kernel.name + "_rest", (replace(loop, lo=(lo + strips * factor,)),))
+        # max with lo: a symbolic trip count may be negative, and then there are no strips at all
+        rest = Kernel(kernel.name + "_rest", (replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),))
         return (main, rest)
 
 
@@ -232,6 +251,7 @@ def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) 
     u = _UnrollJam(program, max_trip)
     kernels: list[Kernel] = []
     for k in program.kernels:
+        u.start_kernel(k)
         k = Kernel(k.name, u.block(k.body))
         kernels.extend(u.strip(k, strip) if strip > 1 else (k,))
     return program.with_kernels(tuple(kernels))

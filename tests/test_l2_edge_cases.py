@@ -1,4 +1,5 @@
-"""Adversarial review of the L2 passes interchange, peel, reduce-in-place, unroll-jam.
+"""Edge cases of the L2 passes interchange, peel, reduce-in-place, unroll-jam
+(from an adversarial review).
 
 Each program is lowered with the default L2 pipeline (``VerifyEach`` on), run
 by the bounds-checking L2 evaluator of ``tests/loop_eval.py`` and compared
@@ -6,9 +7,8 @@ with the reference interpreter; a few are also compiled.  The L2 evaluator is
 used for the failing cases on purpose: the compiled code of the strip-mining
 bug writes out of bounds and can corrupt the test process's heap.
 
-Failing cases (marked ``xfail(strict=True)``) are bugs found in the review;
-the comment above each says what is wrong and which pass is at fault (found by
-bisecting the pipeline).
+The first three groups were bugs the review found in ``unroll-jam`` (now
+fixed); the comment above each says what went wrong.
 """
 from __future__ import annotations
 
@@ -67,20 +67,18 @@ def sweep(program, names, values, passes=L2):
 # peel splits off i in 0..min(1, n - 1) and leaves the interior `for i in 2..n - 1`
 # (bounds folded to single terms), which unroll-jam's strip-mining then takes:
 # main `for i_s in 0..(n - 2) // 4 - 1`, remainder `for i in 4*((n - 2) // 4) + 2..n - 1`.
-# For n = 0 or 1 the trip count n - 2 is negative, (n - 2) // 4 = -1, and the
-# remainder kernel runs i = -2, -1 (and 0 again, with the interior's plain inner
-# bound 0..m - 1 instead of 2..m - 1): out-of-bounds stores y[-2], y[-1] and a
-# wrong y[0].  Compiled, n = 1 gives a wrong y[0] and a heap corruption abort.
-# Culprit: unroll-jam (`_UnrollJam.strip`): `rest` starts at `lo + strips * factor`
-# assuming strips >= 0; it needs `max(lo, lo + factor * strips)` (or a guard),
-# since a symbolic trip count `hi - lo + 1` can be negative.
+# Was: for n = 0 or 1 the trip count n - 2 is negative, (n - 2) // 4 = -1, and
+# the remainder kernel ran i = -2, -1 (and 0 again, with the interior's plain
+# inner bound): out-of-bounds stores.  The remainder now starts at
+# max(lo, lo + 4 * strips).
 STRIP_NEG = "input x[m], w[n]\noutput y[n]\ny[i] = sum[k: max(0, 2 - i)..m - 1](x[k] * w[i])\n"
 
 
-@pytest.mark.xfail(strict=True, reason="unroll-jam strip-mining: remainder loop runs below lo when the trip count is negative")
+
 @pytest.mark.parametrize("n", [0, 1])
 def test_strip_mining_negative_trip_count(n):
     l2_matches(STRIP_NEG, {"n": n, "m": 3})
+    assert_matches_interpreter(tcc.parse(STRIP_NEG), {"n": n, "m": 3})
 
 
 def test_strip_mining_negative_trip_count_bisect():
@@ -89,33 +87,27 @@ def test_strip_mining_negative_trip_count_bisect():
     l2_matches(STRIP_NEG, [{"n": n, "m": 3} for n in range(2, 11)])
 
 
-# The strip variable is the loop variable plus "_s" ("i_s"); `strip` avoids loop
-# variables, scalars and buffers inside the loop but not the program's size
-# names.  With a size called i_s the band `for k in 0..i_s - 1` now reads the
-# strip counter: verify_loops rejects the L2 ("loop variable 'i_s' has the name
-# of a size") and the compiled result is wrong (relative error 1.0).
-# Culprit: unroll-jam (`_UnrollJam.strip`, the `taken` set lacks program.sizes).
+# Was: the strip variable "i_s" could take a size's name, and the band
+# `for k in 0..i_s - 1` then read the strip counter.  New names now avoid
+# buffers, sizes and every name the kernel binds.
 SIZE_COLLISION = "input x[n, i_s]\noutput y[n]\ny[i] = sum[k](x[i, k])\n"
 
 
-@pytest.mark.xfail(strict=True, reason="unroll-jam strip variable 'i_s' shadows a size of that name")
+
 def test_strip_variable_collides_with_size_name():
     l2_matches(SIZE_COLLISION, {"n": 9, "i_s": 5})
+    assert_matches_interpreter(tcc.parse(SIZE_COLLISION), {"n": 9, "i_s": 5})
 
 
-# Jammed copies rename each copy's scalars `NAME_u0`, `NAME_u1`, ... without
-# checking the names against the program's buffers.  An input scalar called
-# y_acc_u1 is then shadowed by copy 1's accumulator: `y[4*i_s] = y_acc_u0 * y_acc_u1`
-# multiplies by another element's sum.  verify_loops rejects it ("scalar
-# 'y_acc_u1' has the name of a buffer"); compiled, relative error ~3.5.
-# Culprit: unroll-jam (`_UnrollJam.strip` and `unroll`: the `{n}_u{k}` names are
-# not made fresh against buffers -- nor against other scalars in scope).
+# Was: copies' scalars were renamed NAME_u0, NAME_u1, ... without checking the
+# names, so copy 1's accumulator shadowed an input scalar called y_acc_u1.
 SCALAR_COLLISION = "input x[n, m], y_acc_u1\noutput y[n]\ny[i] = sum[k](x[i, k]) * y_acc_u1\n"
 
 
-@pytest.mark.xfail(strict=True, reason="unroll-jam renamed scalar y_acc_u1 shadows an input scalar of that name")
+
 def test_unrolled_scalar_names_collide_with_buffer():
     l2_matches(SCALAR_COLLISION, {"n": 9, "m": 5})
+    assert_matches_interpreter(tcc.parse(SCALAR_COLLISION), {"n": 9, "m": 5})
 
 
 # ---------------------------------------------------------------------------
