@@ -116,6 +116,17 @@ def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] 
     reads = set().union(*(_loads(bb, buffers) for bb in band_bodies)) | _loads(tuple(heads), buffers)
     if reads & _written(tuple(tails)):
         return None
+    # a scalar a tail accumulates into must not feed a band or head either
+    tail_scalars = {t.target for t in walk_stmts(tuple(tails)) if isinstance(t, Accumulate) and not t.indices}
+    scalar_reads = {
+        n.tensor
+        for st in walk_stmts(tuple(heads) + tuple(s for bb in band_bodies for s in bb))
+        for v in ([st.value] if isinstance(st, (Let, Store, Accumulate)) else [st.init] if isinstance(st, Local) else [])
+        for n in postorder(v)
+        if isinstance(n, Access) and not n.indices
+    }
+    if tail_scalars & scalar_reads:
+        return None
     inner: tuple[Stmt, ...] = tuple(s for bb in band_bodies for s in bb)
     for l in reversed(bands[0]):
         inner = (replace(l, body=inner),)

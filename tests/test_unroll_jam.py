@@ -91,3 +91,28 @@ kernel y {
     assert unroll_jam_program(program) == program
     jammable = parse_loop_program(text.replace("x[k] * y[0]", "x[k] * x[0]"))
     assert "acc_u1 += x[k] * x[0]" in str(unroll_jam_program(jammable))
+
+
+def test_copies_are_not_jammed_when_a_tail_accumulates_a_scalar_a_band_reads():
+    from tcc.ir.loops_parser import parse_loop_program
+    from tcc.passes.unroll_jam import unroll_jam_program
+
+    text = """# tcc loops
+sizes n
+input x[n]
+output y[2]
+
+kernel y {
+  local t = 1
+  for j in 0..1 {
+    local acc = 0
+    for k in 0..n - 1 {
+      acc += x[k] * t
+    }
+    y[j] = acc
+    t += acc
+  }
+}
+"""
+    program = parse_loop_program(text)
+    assert unroll_jam_program(program) == program
