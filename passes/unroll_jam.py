@@ -91,7 +91,17 @@ def _written(stmts: tuple[Stmt, ...]) -> set[str]:
 
 
 def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] | None:
-    """One band for all copies, or None when the copies do not have the jammable shape."""
+    """One band for all copies, or None when the copies do not have the jammable shape.
+
+    Copies that are each one identical loop (an output loop between the
+    unrolled one and the reduction) are jammed inside that loop.
+    """
+    firsts = [c[0] for c in copies if len(c) == 1 and isinstance(c[0], For)]
+    if len(firsts) == len(copies) and _band(firsts[0]) is None:
+        if len({(f.var, f.lo, f.hi) for f in firsts}) != 1:
+            return None
+        inner = _jam([f.body for f in firsts], buffers)
+        return None if inner is None else (replace(firsts[0], body=inner),)
     heads: list[Stmt] = []
     tails: list[Stmt] = []
     bands: list[list[For]] = []
@@ -139,7 +149,8 @@ def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] 
 
 
 class _UnrollJam:
-    def __init__(self, program: LoopProgram, max_trip: int) -> None:
+    def __init__(self, program: LoopProgram, max_trip: int, factor: int = 4) -> None:
+        self.factor = factor
         self.buffers = {b.name for b in program.buffers}
         self.sizes = set(program.sizes)
         self.max_trip = max_trip
@@ -165,12 +176,14 @@ class _UnrollJam:
     def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
         return {n: self.fresh(f"{n}_u{copy}") for n in declared}
 
-    def block(self, body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    def block(self, body: tuple[Stmt, ...], top: bool = False) -> tuple[Stmt, ...]:
         out: list[Stmt] = []
         for s in body:
             if isinstance(s, For):
                 s = replace(s, body=self.block(s.body))
                 jammed = self.unroll(s)
+                if jammed is None and not top:
+                    jammed = self.strip_inner(s)
                 if jammed is not None:
                     out.extend(jammed)
                     continue
@@ -197,6 +210,38 @@ class _UnrollJam:
             copies.append(_rewrite(s.body, s.var, Affine.constant(value), names))
         return _jam(copies, self.buffers)
 
+
+    def strip_inner(self, loop: For) -> tuple[Stmt, ...] | None:
+        """An output loop inside a kernel, strip-mined by ``self.factor`` when the
+        reductions below it share loads across its iterations (register reuse:
+        a convolution's input element serves ``factor`` output channels)."""
+        factor = self.factor
+        if factor < 2 or loop.parallel or len(loop.lo) != 1 or len(loop.hi) != 1 or _band(loop) is not None:
+            return None
+        lo, hi = loop.lo[0], loop.hi[0]
+        if lo.is_constant and hi.is_constant and hi.const - lo.const + 1 < 2 * factor:
+            return None
+        bands = [b for st in walk_stmts(loop.body) if isinstance(st, For) for b in [_band(st)] if b is not None]
+        shared = [
+            n for b in bands for st in b[-1].body for n in postorder(st.value)
+            if isinstance(n, Access) and n.indices and n.tensor in self.buffers
+            and not any(loop.var in ix.names() for ix in n.indices)
+        ]
+        accumulators = sum(1 for b in bands for st in b[-1].body if isinstance(st, Accumulate))
+        if not bands or not shared or accumulators * factor > MAX_ACCUMULATORS:
+            return None
+        strip_var = self.fresh(loop.var + "_s")
+        start = lo + Affine.var(strip_var, factor)
+        declared = _declared(loop.body)
+        copies = [_rewrite(loop.body, loop.var, start + u, self.copy_names(declared, u)) for u in range(factor)]
+        jammed = _jam(copies, self.buffers)
+        if jammed is None:
+            return None
+        strips = (hi - lo + 1).floordiv(factor)
+        return (
+            For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),
+            replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),
+        )
 
     def strip(self, kernel: Kernel, factor: int) -> tuple[Kernel, ...]:
         """A kernel that is one loop (at least ``factor`` iterations or symbolic) around a reduction,
@@ -236,6 +281,10 @@ class _UnrollJam:
 
 
 SHORT_BAND = 1024
+# Strip-mining an inner output loop multiplies the accumulators live in the
+# innermost loop; beyond what the registers hold it spills (the weight gradient
+# of a 3x3 convolution already has 9).
+MAX_ACCUMULATORS = 16
 
 
 def _short_band(body: tuple[Stmt, ...]) -> bool:
@@ -259,11 +308,11 @@ def _short_band(body: tuple[Stmt, ...]) -> bool:
 
 
 def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) -> LoopProgram:
-    u = _UnrollJam(program, max_trip)
+    u = _UnrollJam(program, max_trip, strip)
     kernels: list[Kernel] = []
     for k in program.kernels:
         u.start_kernel(k)
-        k = Kernel(k.name, u.block(k.body))
+        k = Kernel(k.name, u.block(k.body, top=True))
         kernels.extend(u.strip(k, strip) if strip > 1 else (k,))
     return program.with_kernels(tuple(kernels))
 

@@ -116,3 +116,17 @@ kernel y {
 """
     program = parse_loop_program(text)
     assert unroll_jam_program(program) == program
+
+
+def test_inner_output_loop_is_strip_mined_when_its_reduction_shares_loads():
+    # w[o, c, p, q] does not depend on j: four outputs along j share each w load
+    text = _loops(tcc.parse(CONV), "lower-loops,unroll-jam")
+    assert "for j_s in 0..((W - 1) // 2) // 4 - 1 {" in text
+    assert "y_acc_u3 += x[b, c, 2*i + p, 8*j_s + q + 6] * w[o, c, p, q]" in text
+    assert "for j in max(0, 4*(((W - 1) // 2) // 4))..(W - 1) // 2 - 1 {" in text
+    for w in (3, 7, 9, 11, 17, 19):  # 1, 3, 4, 5, 8, 9 outputs along j
+        assert_matches_interpreter(tcc.parse(CONV), {**SIZES, "W": w})
+    # a reduction whose loads all depend on the output loop is left alone
+    src = "input A[n, m], B[8, m]\noutput y[n, 8]\ny[i, r] = sum[j](A[i, j] * B[r, j])\n"
+    assert "r_s in" not in _loops(tcc.parse("input A[n, m, k]\ny[i, r] = sum[j](A[i, r, j])\n"), "lower-loops,unroll-jam")
+    assert "r_s in" in _loops(tcc.parse(src), "lower-loops,unroll-jam")  # A[i, j] is shared across r
