@@ -100,6 +100,10 @@ class Affine:
             return Affine.constant(self.const // d)
         return Affine.atom(FloorDiv(self, d))
 
+    def ceildiv(self, d: int) -> "Affine":
+        """``ceil(self / d)``, written ``(self + d - 1) // d`` (the form the printer shows)."""
+        return self if d == 1 else (self + (d - 1)).floordiv(d)
+
     def mod(self, d: int) -> "Affine":
         if d <= 0:
             raise ValueError("modulo by a non-positive constant")

@@ -261,9 +261,9 @@ def _solve(t: Affine, var: str, bound: Affine, le: bool, lows: list[Affine], hig
             return
         # a*var <= bound - rest  (or >=)
         if (a > 0) == le:
-            highs.append(_floor_div(bound - rest, abs(a)) if a > 0 else _floor_div(rest - bound, -a))
+            highs.append((bound - rest).floordiv(abs(a)) if a > 0 else (rest - bound).floordiv(-a))
         else:
-            lows.append(_ceil_div(bound - rest, a) if a > 0 else _ceil_div(rest - bound, -a))
+            lows.append((bound - rest).ceildiv(a) if a > 0 else (rest - bound).ceildiv(-a))
         return
     atoms = [(x, c) for x, c in t.terms if not isinstance(x, str)]
     if len(atoms) != 1 or atoms[0][1] != 1 or not isinstance(atoms[0][0], FloorDiv):
@@ -326,14 +326,6 @@ def _extent(hi: Affine) -> Affine:
         fd = atoms[0][0]
         return hi - Affine.atom(fd) + (fd.num + fd.den).floordiv(fd.den)
     return hi + 1
-
-
-def _floor_div(a: Affine, c: int) -> Affine:
-    return a if c == 1 else a.floordiv(c)
-
-
-def _ceil_div(a: Affine, c: int) -> Affine:
-    return a if c == 1 else (a + (c - 1)).floordiv(c)
 
 
 def _unranged_sums(e: Expr) -> list[Sum]:

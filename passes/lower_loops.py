@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from tcc.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, all_names, is_zero, postorder
-from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and
+from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.program import Definition, Program
 from tcc.pass_base import Level, Pass, PassContext
@@ -58,14 +58,6 @@ def _nonneg_forms(c: Compare) -> list[Affine] | None:
     return None
 
 
-def _ceil_div(a: Affine, c: int) -> Affine:
-    return a if c == 1 else (a + (c - 1)).floordiv(c)
-
-
-def _floor_div(a: Affine, c: int) -> Affine:
-    return a if c == 1 else a.floordiv(c)
-
-
 def _as_bound(form: Affine, var: str, allowed: set[str]) -> tuple[str, Affine] | None:
     """``form >= 0`` as ``("lo", b)`` (var >= b) or ``("hi", b)`` (var <= b).
 
@@ -79,8 +71,8 @@ def _as_bound(form: Affine, var: str, allowed: set[str]) -> tuple[str, Affine] |
     if var in rest.names() or not set(rest.names()) <= allowed:
         return None
     if c > 0:  # c*v + rest >= 0  <=>  v >= ceil(-rest / c)
-        return ("lo", _ceil_div(-rest, c))
-    return ("hi", _floor_div(rest, -c))  # -|c| v + rest >= 0  <=>  v <= floor(rest / |c|)
+        return ("lo", (-rest).ceildiv(c))
+    return ("hi", rest.floordiv(-c))  # -|c| v + rest >= 0  <=>  v <= floor(rest / |c|)
 
 
 def _bounds_for(cond: Cond, var: str, allowed: set[str]) -> tuple[list[Affine], list[Affine]] | None:

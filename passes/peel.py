@@ -31,14 +31,6 @@ from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, fold_bounds, stride
 from tcc.pass_base import Level, Pass, PassContext
 
 
-def _ceil_div(a: Affine, c: int) -> Affine:
-    return a if c == 1 else (a + (c - 1)).floordiv(c)
-
-
-def _floor_div(a: Affine, c: int) -> Affine:
-    return a if c == 1 else a.floordiv(c)
-
-
 def _interior(bounds: tuple[Affine, ...], var: str, lower: bool, sizes: set[str]) -> tuple[list[Affine], list[Affine], tuple[Affine, ...]] | None:
     """``(L terms, U terms, simplified bounds)`` for one bound tuple, or None if it does not qualify."""
     free = [b for b in bounds if var not in b.names()]
@@ -58,9 +50,9 @@ def _interior(bounds: tuple[Affine, ...], var: str, lower: bool, sizes: set[str]
         # lower bound max(f, c*v + r): need c*v + r <= f;  upper min(f, c*v + r): need c*v + r >= f
         rhs = f - r
         if lower:
-            (his if c > 0 else los).append(_floor_div(rhs, c) if c > 0 else _ceil_div(-rhs, -c))
+            (his if c > 0 else los).append(rhs.floordiv(c) if c > 0 else (-rhs).ceildiv(-c))
         else:
-            (los if c > 0 else his).append(_ceil_div(rhs, c) if c > 0 else _floor_div(-rhs, -c))
+            (los if c > 0 else his).append(rhs.ceildiv(c) if c > 0 else (-rhs).floordiv(-c))
     return los, his, (f,)
 
 
