@@ -286,6 +286,22 @@ def strides_with(ix: Affine, var: str) -> bool:
     return not any(isinstance(a, (FloorDiv, Mod)) and var in a.num.names() for a in ix.atoms())
 
 
+def stride_cost(var: str, values: "list[Expr] | tuple[Expr, ...]", buffers: "set[str] | dict[str, int]") -> int:
+    """The stride model of ``interchange`` and ``reduce-in-place``: each load in
+    ``values`` charges ``var`` how far its last index position is from the
+    contiguous (last) dimension; a variable with a small cost walks memory."""
+    from .expr import Access as _Access, postorder as _postorder
+
+    cost = 0
+    for v in values:
+        for n in _postorder(v):
+            if isinstance(n, _Access) and n.tensor in buffers and n.indices:
+                positions = [p for p, ix in enumerate(n.indices) if var in ix.names()]
+                if positions:
+                    cost += len(n.indices) - 1 - positions[-1]
+    return cost
+
+
 def fold_bounds(terms: tuple[Affine, ...], lower: bool) -> tuple[Affine, ...]:
     """Merge the constant terms of a ``max`` (lower) or ``min`` (upper) bound and drop repeats."""
     consts = [t.const for t in terms if t.is_constant]

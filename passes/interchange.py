@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, postorder
-from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, reduction_band
+from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, reduction_band, stride_cost
 from tcc.pass_base import Level, Pass, PassContext
 
 
@@ -41,19 +40,6 @@ def _band(loop: For) -> list[For] | None:
     return band
 
 
-def _cost(var: str, body: tuple[Stmt, ...], buffers: dict[str, int]) -> int:
-    """Sum over loads of the distance of ``var``'s last index position from the contiguous one."""
-    cost = 0
-    for s in body:
-        value = s.value
-        for n in postorder(value):
-            if isinstance(n, Access) and n.tensor in buffers and n.indices:
-                positions = [p for p, ix in enumerate(n.indices) if ix.coeff(var) != 0 or var in ix.names()]
-                if positions:
-                    cost += len(n.indices) - 1 - positions[-1]
-    return cost
-
-
 def _reorder(band: list[For], buffers: dict[str, int], outer_loops: set[str]) -> list[For]:
     """The band's loops, outermost first: windows (bounds on enclosing loops), then by decreasing cost."""
     inner = band[-1].body
@@ -61,7 +47,7 @@ def _reorder(band: list[For], buffers: dict[str, int], outer_loops: set[str]) ->
     def key(item: tuple[int, For]) -> tuple:
         pos, l = item
         window = any(set(b.names()) & outer_loops for b in l.lo + l.hi)
-        return (0 if window else 1, -_cost(l.var, inner, buffers), pos)
+        return (0 if window else 1, -stride_cost(l.var, [st.value for st in inner], buffers), pos)
 
     return [l for _, l in sorted(enumerate(band), key=key)]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from tcc.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, all_names, is_zero, postorder
+from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.program import Definition, Program
@@ -176,11 +176,7 @@ class _BodyLowering:
         self.scopes: list[dict[Expr, Expr]] = [{}]
 
     def fresh(self, suffix: str) -> str:
-        base = f"{self.d.name}_{suffix}"
-        name, k = base, 2
-        while name in self.taken:
-            name = f"{base}{k}"
-            k += 1
+        name = fresh_name(f"{self.d.name}_{suffix}", self.taken)
         self.taken.add(name)
         return name
 

@@ -33,19 +33,8 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, Expr, postorder, transform
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band, stride_cost
 from tcc.pass_base import Level, Pass, PassContext
-
-
-def _cost(var: str, values: list[Expr], buffers: set[str]) -> int:
-    cost = 0
-    for v in values:
-        for n in postorder(v):
-            if isinstance(n, Access) and n.tensor in buffers and n.indices:
-                positions = [p for p, ix in enumerate(n.indices) if var in ix.names()]
-                if positions:
-                    cost += len(n.indices) - 1 - positions[-1]
-    return cost
 
 
 class _ReduceInPlace:
@@ -91,7 +80,7 @@ class _ReduceInPlace:
         reads = {n.tensor for v in values for n in postorder(v) if isinstance(n, Access)}
         if store.buffer in reads:
             return None
-        if _cost(loop.var, values, self.buffers) >= _cost(band[-1].var, values, self.buffers):
+        if stride_cost(loop.var, values, self.buffers) >= stride_cost(band[-1].var, values, self.buffers):
             return None
         element = Access(store.buffer, own)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Expr, postorder
+from tcc.ir.expr import Access, Expr, fresh_name, postorder
 from tcc.ir.index import Affine
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, fold_bounds, reduction_band, substitute_stmts, walk_stmts
 from tcc.pass_base import Level, Pass, PassContext
@@ -166,12 +166,27 @@ class _UnrollJam:
                 self.taken.add(s.name)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 2
-        while name in self.taken:
-            name = f"{base}_{k}"
-            k += 1
+        name = fresh_name(base, self.taken)
         self.taken.add(name)
         return name
+
+    def strip_mine(self, loop: For, factor: int) -> tuple[For, For] | None:
+        """``loop`` as full strips of ``factor`` jammed copies, then the remainder loop; None if the
+        copies do not jam.  The remainder starts at ``max(lo, lo + factor*strips)``: a symbolic
+        trip count may be negative, and then there are no strips at all."""
+        lo, hi = loop.lo[0], loop.hi[0]
+        strip_var = self.fresh(loop.var + "_s")
+        start = lo + Affine.var(strip_var, factor)
+        declared = _declared(loop.body)
+        copies = [_rewrite(loop.body, loop.var, start + u, self.copy_names(declared, u)) for u in range(factor)]
+        jammed = _jam(copies, self.buffers)
+        if jammed is None:
+            return None
+        strips = (hi - lo + 1).floordiv(factor)
+        return (
+            For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),
+            replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),
+        )
 
     def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
         return {n: self.fresh(f"{n}_u{copy}") for n in declared}
@@ -230,20 +245,9 @@ class _UnrollJam:
         accumulators = sum(1 for b in bands for st in b[-1].body if isinstance(st, Accumulate))
         if not bands or not shared or accumulators * factor > MAX_ACCUMULATORS:
             return None
-        strip_var = self.fresh(loop.var + "_s")
-        start = lo + Affine.var(strip_var, factor)
-        declared = _declared(loop.body)
-        copies = [_rewrite(loop.body, loop.var, start + u, self.copy_names(declared, u)) for u in range(factor)]
-        jammed = _jam(copies, self.buffers)
-        if jammed is None:
-            return None
-        strips = (hi - lo + 1).floordiv(factor)
-        return (
-            For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),
-            replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),
-        )
+        return self.strip_mine(loop, factor)
 
-    def strip(self, kernel: Kernel, factor: int) -> tuple[Kernel, ...]:
+    def strip(self, kernel: Kernel) -> tuple[Kernel, ...]:
         """A kernel that is one loop (at least ``factor`` iterations or symbolic) around a reduction,
         strip-mined by ``factor``: full strips jammed, the remainder as its own kernel.
 
@@ -256,6 +260,7 @@ class _UnrollJam:
         if len(kernel.body) != 1 or not isinstance(kernel.body[0], For):
             return (kernel,)
         loop = kernel.body[0]
+        factor = self.factor
         if loop.parallel or len(loop.lo) != 1 or len(loop.hi) != 1 or factor < 2:
             return (kernel,)
         lo, hi = loop.lo[0], loop.hi[0]
@@ -265,19 +270,10 @@ class _UnrollJam:
             return (kernel,)
         if _short_band(loop.body):
             return (kernel,)
-        self.start_kernel(kernel)
-        strip_var = self.fresh(loop.var + "_s")
-        start = lo + Affine.var(strip_var, factor)
-        declared = _declared(loop.body)
-        copies = [_rewrite(loop.body, loop.var, start + u, self.copy_names(declared, u)) for u in range(factor)]
-        jammed = _jam(copies, self.buffers)
-        if jammed is None:
+        mined = self.strip_mine(loop, factor)
+        if mined is None:
             return (kernel,)
-        strips = (hi - lo + 1).floordiv(factor)
-        main = Kernel(kernel.name, (For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),))
-        # max with lo: a symbolic trip count may be negative, and then there are no strips at all
-        rest = Kernel(kernel.name + "_rest", (replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),))
-        return (main, rest)
+        return (Kernel(kernel.name, (mined[0],)), Kernel(kernel.name + "_rest", (mined[1],)))
 
 
 SHORT_BAND = 1024
@@ -313,7 +309,7 @@ def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) 
     for k in program.kernels:
         u.start_kernel(k)
         k = Kernel(k.name, u.block(k.body, top=True))
-        kernels.extend(u.strip(k, strip) if strip > 1 else (k,))
+        kernels.extend(u.strip(k))
     return program.with_kernels(tuple(kernels))
 
 
