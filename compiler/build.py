@@ -85,23 +85,24 @@ def build(
     key = (str(program), format_pipeline(pipeline), dtype, target)
     hit = None if instruments else _CACHE.get(key)
     if hit is None:
-        states: list[Any] = []
+        from tcc.instruments import BaseInstrument
 
-        class _Keep:
-            def before_pass(self, pass_: Pass, index: int, state: Any) -> None:
-                pass
+        class _LastIndexState(BaseInstrument):
+            """The L1 program after the last index-level pass: sizes bind against its extents."""
+
+            def __init__(self, start: Any) -> None:
+                self.program = start
 
             def after_pass(self, pass_: Pass, index: int, state: Any) -> None:
-                if pass_.output_level is not Level.LLVM:
-                    states.append(state)
+                if pass_.output_level is Level.INDEX:
+                    self.program = state
 
-        llvm_module = run_pipeline(program, pipeline, instruments=[*instruments, _Keep()])
+        keep = _LastIndexState(program)
+        llvm_module = run_pipeline(program, pipeline, instruments=[*instruments, keep])
         from tcc.backends.cpu import jit
 
         executable = jit(llvm_module)
-        loops = llvm_module.program
-        index_states = [s for s in states if not hasattr(s, "kernels")]
-        l1 = index_states[-1] if index_states else program
+        l1, loops = keep.program, llvm_module.program
         hit = (l1, loops, llvm_module, executable)
         if not instruments:
             with _CACHE_LOCK:

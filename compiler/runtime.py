@@ -24,7 +24,7 @@ import concurrent.futures
 import ctypes
 import os
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -186,8 +186,3 @@ class CompiledProgram:
                 k.fn(ptrs, size_vals, 0, 1)
         # the arrays stay referenced by `buffers` until every kernel has run
         return {n: buffers[n] for n in self.results}
-
-
-def run_compiled(compiled: CompiledProgram, arrays: Mapping[str, Any], names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Call with only the declared inputs out of ``arrays`` (extra arrays ignored, as ``tcc run`` does)."""
-    return compiled(**{k: v for k, v in arrays.items() if k in compiled.inputs})
