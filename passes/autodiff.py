@@ -42,6 +42,7 @@ from tcc.ir.expr import (
     fresh_name,
     is_one,
     is_zero,
+    neg,
     postorder,
 )
 from tcc.ir.index import Affine, And, Compare, negate
@@ -88,10 +89,6 @@ def _add(a: Expr | None, b: Expr) -> Expr:
     return b if a is None else Binary("+", a, b)
 
 
-def _neg(a: Expr) -> Expr:
-    return Unary("neg", a)
-
-
 def _div(a: Expr, b: Expr) -> Expr:
     return Binary("/", a, b)
 
@@ -115,7 +112,7 @@ def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
         u = node.operand
         op = node.op
         if op == "neg":
-            d = _neg(a)
+            d = neg(a)
         elif op == "exp":
             d = _mul(a, value)
         elif op == "log":
@@ -125,13 +122,13 @@ def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
         elif op == "sin":
             d = _mul(a, _fn("cos", u))
         elif op == "cos":
-            d = _neg(_mul(a, _fn("sin", u)))
+            d = neg(_mul(a, _fn("sin", u)))
         elif op == "tan":
             d = _mul(a, Binary("+", ONE, _pow(value, Const(2))))
         elif op == "asin":
             d = _div(a, _fn("sqrt", Binary("-", ONE, _pow(u, Const(2)))))
         elif op == "acos":
-            d = _neg(_div(a, _fn("sqrt", Binary("-", ONE, _pow(u, Const(2))))))
+            d = neg(_div(a, _fn("sqrt", Binary("-", ONE, _pow(u, Const(2))))))
         elif op == "atan":
             d = _div(a, Binary("+", ONE, _pow(u, Const(2))))
         elif op == "sinh":
@@ -157,11 +154,11 @@ def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
         if node.op == "+":
             return [(x, a), (y, a)]
         if node.op == "-":
-            return [(x, a), (y, _neg(a))]
+            return [(x, a), (y, neg(a))]
         if node.op == "*":
             return [(x, _mul(a, y)), (y, _mul(a, x))]
         if node.op == "/":
-            return [(x, _div(a, y)), (y, _neg(_div(_mul(a, x), _pow(y, Const(2)))))]
+            return [(x, _div(a, y)), (y, neg(_div(_mul(a, x), _pow(y, Const(2)))))]
         if node.op == "**":
             out = [(x, _mul(_mul(a, y), _pow(x, Binary("-", y, ONE))))]
             if not isinstance(y, Const):
