@@ -147,7 +147,7 @@ class CpuExecutable:
 
 def jit(llvm_module: LLVMModule) -> CpuExecutable:
     """Compile the module to host code with MCJIT (optimize it first: this only runs codegen)."""
-    if llvm_module.target != "cpu":
+    if llvm_module.target not in ("cpu", "cuda-sim"):
         raise ValueError(f"the CPU backend cannot run a module for target '{llvm_module.target}'")
     _ensure_libm()
     with _LOCK:

@@ -48,6 +48,32 @@ Semantics that matter for correctness
 * ``x ** c`` with a small integer constant ``c`` is repeated multiplication
   (a reciprocal for ``c < 0``); other powers call ``pow``.
 
+Grid kernels (targets ``cuda`` and ``cuda-sim``)
+-----------------------------------------------
+A GPU kernel spreads the kernel's *band* -- the ``parallel`` loops perfectly
+nested from the top whose bounds use sizes only (:func:`grid_band`; the GPU
+pipeline runs ``parallel{depth=...}`` to mark more than the outermost) -- over
+the grid: the band's iteration space is flattened row-major (last loop
+fastest, so neighbouring threads touch neighbouring elements and loads
+coalesce) into ``total`` iterations, and thread ``ctaid * ntid + tid`` runs
+iterations ``gid, gid + stride, ...`` with ``stride = nctaid * ntid`` (a
+grid-stride loop: any launch shape covers any extent, so the runtime can cap
+the grid).  Each iteration decomposes its linear index back into the loop
+variables with unsigned ``/`` and ``%`` and runs the innermost band loop's
+body unchanged.  This is Urban's gather (seed 000, sec. 5.1 and 7): one
+output element per thread, no atomics, no temporary memory.  A kernel
+without a band (a scalar reduction, several nests in a row) runs whole on
+thread 0 of block 0; the runtime launches it with one thread.  Index
+arithmetic stays ``i64`` (NVPTX's slow-division bypass makes ``/`` 32-bit at
+run time when the operands fit).
+
+The ``cuda`` entry is ``ptx_kernel void tcc_<i>_<name>(ptr buf..., i64
+size...)``: every buffer of the program (``noalias``), then every size, so
+all kernels of a program take the same parameters.  The ``cuda-sim`` entry
+has the host ABI's signature, ``(bufs, sizes, nblocks, nthreads)``, and
+calls the same body for every block and thread in turn: the grid mapping
+runs, and is tested, on machines without a GPU.
+
 Everything target-specific (triple, data layout, which math functions are
 LLVM intrinsics and how library math functions are named) lives in
 :class:`Target`, so the CUDA backend can reuse :func:`lower_program`.
@@ -66,7 +92,17 @@ from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, po
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 
-__all__ = ["LLVMModule", "Target", "get_target", "kernel_symbol", "lower_program", "DTYPES", "POW_UNROLL_LIMIT"]
+__all__ = [
+    "LLVMModule",
+    "Target",
+    "get_target",
+    "grid_band",
+    "band_extents",
+    "kernel_symbol",
+    "lower_program",
+    "DTYPES",
+    "POW_UNROLL_LIMIT",
+]
 
 DTYPES = ("float64", "float32")
 
@@ -74,6 +110,7 @@ DTYPES = ("float64", "float32")
 POW_UNROLL_LIMIT = 16
 
 I1 = ir.IntType(1)
+I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
@@ -99,6 +136,8 @@ class LLVMModule:
     dtype: str
     target: str
     kernel_symbols: tuple[str, ...]
+    arch: str = ""  # the GPU architecture (sm_XY) for target cuda, else ""
+    ptx_version: int = 0  # PTX ISA version times ten (78 = 7.8); 0 = LLVM's minimum for arch
 
     def __str__(self) -> str:
         return str(self.module)
@@ -142,7 +181,11 @@ class Target:
     is both libm's naming (``tan``/``tanf``) and libdevice's
     (``__nv_tan``/``__nv_tanf``).  ``abi`` names the kernel entry convention:
     ``host`` is the ``(bufs, sizes, part, nparts)`` function described in the
-    module docstring.
+    module docstring; ``grid`` a GPU kernel (``ptx_kernel`` calling
+    convention, buffers and sizes as parameters, thread indices from the PTX
+    special registers); ``grid-sim`` the same kernel body compiled for the
+    host, entered through a host-ABI function that runs every thread of a
+    launch in turn (see "Grid kernels" in the module docstring).
     """
 
     name: str
@@ -187,7 +230,17 @@ def get_target(name: str) -> Target:
             math_prefix="__nv_",
             abi="grid",
         )
-    raise TccError(f"unknown target '{name}' (expected cpu or cuda)")
+    if name == "cuda-sim":
+        host = get_target("cpu")
+        return Target(
+            name="cuda-sim",
+            triple=host.triple,
+            data_layout=host.data_layout,
+            intrinsics=host.intrinsics,
+            inline_exp=True,
+            abi="grid-sim",
+        )
+    raise TccError(f"unknown target '{name}' (expected cpu, cuda or cuda-sim)")
 
 
 # ---------------------------------------------------------------------------
@@ -195,6 +248,37 @@ def get_target(name: str) -> Target:
 # ---------------------------------------------------------------------------
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def grid_band(kernel: Kernel) -> tuple[For, ...]:
+    """The loops a grid kernel spreads over GPU threads (see "Grid kernels" above).
+
+    The parallel loops perfectly nested from the top of the kernel, as long
+    as each one's bounds name no variable of an enclosing band loop: a
+    rectangular band, so its iteration space is a product of ranges that
+    flattens to one linear index.  Empty when the kernel has no parallel
+    outer loop.
+    """
+    band: list[For] = []
+    body = kernel.body
+    while len(body) == 1 and isinstance(body[0], For) and body[0].parallel:
+        loop = body[0]
+        used = {n for a in loop.lo + loop.hi for n in a.names()}
+        if used & {b.var for b in band}:
+            break
+        band.append(loop)
+        body = loop.body
+    return tuple(band)
+
+
+def band_extents(band: tuple[For, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The trip count of each band loop for these sizes (what the runtime sizes the grid by)."""
+    counts = []
+    for loop in band:
+        lo = max(a.evaluate(sizes) for a in loop.lo)
+        hi = min(a.evaluate(sizes) for a in loop.hi)
+        counts.append(max(0, hi - lo + 1))
+    return tuple(counts)
 
 
 def kernel_symbol(index: int, kernel: Kernel) -> str:
@@ -210,8 +294,13 @@ def lower_program(
     target: str = "cpu",
     reassociate: str = "contiguous",
     contract: bool = False,
+    arch: str = "",
+    ptx_version: int = 0,
 ) -> LLVMModule:
     """Lower every kernel of ``program`` to one LLVM function (see the module docstring).
+
+    ``arch`` and ``ptx_version`` are for target ``cuda`` only (see
+    :mod:`tcc.backends.ptx`; an empty arch is the default there).
 
     Deterministic: the same program and options give byte-identical IR text.
     Ill-formed L2 (an unbound name, a wrong number of indices) is a
@@ -224,18 +313,27 @@ def lower_program(
     if reassociate not in REASSOCIATE:
         raise TccError(f"unknown reassociate mode '{reassociate}' (expected {', '.join(REASSOCIATE)})")
     tgt = get_target(target)
-    if tgt.abi != "host":
-        raise TccError(f"LLVM lowering for target '{target}' is not implemented yet")
+    if tgt.abi == "grid":
+        from tcc.backends.ptx import check_arch, default_arch
+
+        arch = check_arch(arch or default_arch())
+        if isinstance(ptx_version, bool) or not isinstance(ptx_version, int) or ptx_version < 0:
+            raise TccError(f"invalid PTX version {ptx_version!r} (expected e.g. 78 for PTX ISA 7.8, or 0 for the arch's minimum)")
+    elif arch or ptx_version:
+        raise TccError(f"arch and ptx are options of target cuda, not of '{target}'")
     module = ir.Module(name="tcc")
     module.triple = tgt.triple
     module.data_layout = tgt.data_layout
+    if tgt.abi == "grid":
+        # libdevice's IEEE paths: no flushing of subnormals to zero, as on the CPU
+        module.add_named_metadata("llvm.module.flags", [ir.Constant(I32, 4), "nvvm-reflect-ftz", ir.Constant(I32, 0)])
     elt = ir.DoubleType() if dtype == "float64" else ir.FloatType()
     symbols = []
     for index, kernel in enumerate(program.kernels):
         symbol = kernel_symbol(index, kernel)
         _KernelLowering(module, program, kernel, symbol, elt, dtype, tgt, reassociate, contract).run()
         symbols.append(symbol)
-    return LLVMModule(module, program, dtype, target, tuple(symbols))
+    return LLVMModule(module, program, dtype, target, tuple(symbols), arch, ptx_version)
 
 
 # ---------------------------------------------------------------------------
@@ -298,7 +396,68 @@ class _KernelLowering:
     # -- functions --------------------------------------------------------
     def run(self) -> None:
         body = self.build_body()
-        self.build_entry(body)
+        if self.target.abi == "host":
+            self.build_entry(body)
+        elif self.target.abi == "grid":
+            self.build_kernel_entry(body)
+        else:
+            self.build_simulator_entry(body)
+
+    def build_kernel_entry(self, body: ir.Function) -> None:
+        """The PTX kernel: buffers and sizes as parameters, thread indices from special registers."""
+        nb, ns = len(self.program.buffers), len(self.program.sizes)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * nb + [I64] * ns), self.symbol)
+        fn.calling_convention = "ptx_kernel"
+        fn.attributes.add("nounwind")
+        for k, arg in enumerate(fn.args):
+            if k < nb:
+                arg.name = fn.scope.deduplicate(self.program.buffers[k].name)
+                arg.add_attribute("noalias")
+            else:
+                arg.name = fn.scope.deduplicate(self.program.sizes[k - nb])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ids = []
+        for reg in ("tid.x", "ntid.x", "ctaid.x", "nctaid.x"):
+            sreg = self.module.declare_intrinsic(f"llvm.nvvm.read.ptx.sreg.{reg}", (), ir.FunctionType(I32, []))
+            ids.append(b.zext(b.call(sreg, [], name=reg.replace(".x", "")), I64))
+        b.call(body, list(fn.args) + ids)
+        b.ret_void()
+
+    def build_simulator_entry(self, body: ir.Function) -> None:
+        """The host-ABI entry of ``cuda-sim``: ``part``/``nparts`` are the block and thread counts."""
+        fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
+        fn = ir.Function(self.module, fnty, self.symbol)
+        fn.attributes.add("nounwind")
+        for arg, name in zip(fn.args, ("bufs", "sizes", "nblocks", "nthreads")):
+            arg.name = name
+        bufs, sizes, nblocks, nthreads = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = self.unpack_arguments(b, fn, bufs, sizes)
+        self.b, saved = b, getattr(self, "b", None)
+        self.fn, saved_fn = fn, self.fn
+
+        def threads(block: ir.Value) -> None:
+            self.counted_loop("thread", nthreads, lambda t: b.call(body, args + [t, nthreads, block, nblocks]))
+
+        self.counted_loop("block", nblocks, threads)
+        b.ret_void()
+        self.b, self.fn = saved, saved_fn
+
+    def counted_loop(self, name: str, count: ir.Value, emit) -> None:
+        """``for v in 0..count-1: emit(v)`` at the builder's position."""
+        b = self.b
+        head = b.block
+        body = self.fn.append_basic_block(f"{name}.body")
+        exit_ = self.fn.append_basic_block(f"{name}.exit")
+        b.cbranch(b.icmp_signed(">", count, ir.Constant(I64, 0)), body, exit_)
+        b.position_at_end(body)
+        v = b.phi(I64, name=name)
+        v.add_incoming(ir.Constant(I64, 0), head)
+        emit(v)
+        nxt = b.add(v, ir.Constant(I64, 1), name=f"{name}.next")
+        v.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, count), body, exit_)
+        b.position_at_end(exit_)
 
     def build_entry(self, body: ir.Function) -> None:
         fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
@@ -308,6 +467,11 @@ class _KernelLowering:
             arg.name = name
         bufs, sizes, part, nparts = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.call(body, self.unpack_arguments(b, fn, bufs, sizes) + [part, nparts])
+        b.ret_void()
+
+    def unpack_arguments(self, b: ir.IRBuilder, fn: ir.Function, bufs: ir.Value, sizes: ir.Value) -> list[ir.Value]:
+        """Load every buffer pointer and size from the host ABI's two arrays."""
         args: list[ir.Value] = []
         for k, buf in enumerate(self.program.buffers):
             slot = b.gep(bufs, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
@@ -315,12 +479,12 @@ class _KernelLowering:
         for k, size in enumerate(self.program.sizes):
             slot = b.gep(sizes, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
             args.append(b.load(slot, name=fn.scope.deduplicate(size), typ=I64))
-        b.call(body, args + [part, nparts])
-        b.ret_void()
+        return args
 
     def build_body(self) -> ir.Function:
         nb, ns = len(self.program.buffers), len(self.program.sizes)
-        fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * ns + [I64, I64])
+        grid = self.target.abi != "host"
+        fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * ns + [I64] * (4 if grid else 2))
         fn = ir.Function(self.module, fnty, self.symbol + ".body")
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
@@ -335,9 +499,11 @@ class _KernelLowering:
         for size, arg in zip(self.program.sizes, fn.args[nb : nb + ns]):
             arg.name = fn.scope.deduplicate(size)
             self.sizes[size] = arg
-        self.part, self.nparts = fn.args[nb + ns :]
-        self.part.name = fn.scope.deduplicate("part")
-        self.nparts.name = fn.scope.deduplicate("nparts")
+        extra = fn.args[nb + ns :]
+        for arg, name in zip(extra, ("tid", "ntid", "ctaid", "nctaid") if grid else ("part", "nparts")):
+            arg.name = fn.scope.deduplicate(name)
+        if not grid:
+            self.part, self.nparts = extra
 
         # Allocas go in a block of their own so that every Local's alloca is
         # in the entry block (what mem2reg/SROA promote) whatever comes later.
@@ -349,7 +515,9 @@ class _KernelLowering:
         for buf in self.program.buffers:
             self.dims[buf.name] = [self.affine(d, {}) for d in buf.shape[1:]]
         par = self.kernel.parallel_loop
-        if par is not None:
+        if grid:
+            self.lower_grid(*extra)
+        elif par is not None:
             self.lower_for(par, {}, {}, chunked=True)
         else:
             self.lower_block(self.kernel.body, {}, {})
@@ -432,6 +600,58 @@ class _KernelLowering:
         more = b.icmp_signed("<=", nxt, hi, name=f"{s.var}.more")
         iv.add_incoming(nxt, b.block)
         b.cbranch(more, body, exit_)
+        b.position_at_end(exit_)
+
+    def lower_grid(self, tid: ir.Value, ntid: ir.Value, ctaid: ir.Value, nctaid: ir.Value) -> None:
+        """The kernel body as one GPU thread runs it (see "Grid kernels" in the module docstring)."""
+        b = self.b
+        band = grid_band(self.kernel)
+        gid = self.iadd(b.mul(ctaid, ntid, flags=("nuw", "nsw")), tid, name="gid")
+        if not band:
+            first = b.icmp_signed("==", gid, ir.Constant(I64, 0), name="thread0")
+            then = self.fn.append_basic_block("thread0.body")
+            done = self.fn.append_basic_block("thread0.end")
+            b.cbranch(first, then, done)
+            b.position_at_end(then)
+            self.lower_block(self.kernel.body, {}, {})
+            b.branch(done)
+            b.position_at_end(done)
+            return
+        starts, counts = [], []
+        total: ir.Value = ir.Constant(I64, 1)
+        for loop in band:
+            lo = self.bound(loop.lo, {}, "smax")
+            hi = self.bound(loop.hi, {}, "smin")
+            count = self.intrinsic_call("llvm.smax", self.iadd(self.isub(hi, lo), 1), ir.Constant(I64, 0),
+                                        name=f"{loop.var}.count")
+            starts.append(lo)
+            counts.append(count)
+            total = self.imul(total, count)
+        stride = b.mul(nctaid, ntid, flags=("nuw", "nsw"), name="stride")
+        head = b.block
+        body = self.fn.append_basic_block("grid.body")
+        exit_ = self.fn.append_basic_block("grid.exit")
+        b.cbranch(b.icmp_signed("<", gid, total), body, exit_)
+        b.position_at_end(body)
+        linear = b.phi(I64, name="linear")
+        linear.add_incoming(gid, head)
+        idx: dict[str, ir.Value] = {}
+        rest: ir.Value = linear
+        for k in range(len(band) - 1, -1, -1):  # the last band loop varies fastest
+            loop = band[k]
+            if k == 0:
+                offset = rest
+            else:
+                offset = b.urem(rest, counts[k])
+                rest = b.udiv(rest, counts[k])
+            idx[loop.var] = self.iadd(starts[k], offset, name=loop.var)
+        idx = {loop.var: idx[loop.var] for loop in band}
+        self.loop_vars.extend(loop.var for loop in band)
+        self.lower_block(band[-1].body, idx, {})
+        del self.loop_vars[-len(band):]
+        nxt = b.add(linear, stride, name="linear.next", flags=("nsw",))
+        linear.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, total), body, exit_)
         b.position_at_end(exit_)
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> tuple[ir.Value, ir.Value]:

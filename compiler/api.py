@@ -115,6 +115,8 @@ def compile(
     passes: str | Sequence[Pass] | None = None,
     threads: int | None = None,
     instruments: Sequence[Any] = (),
+    arch: str = "",
+    ptx: int = 0,
 ) -> Any:
     """Compile a program to native code; returns a callable :class:`tcc.runtime.CompiledProgram`.
 
@@ -122,12 +124,18 @@ def compile(
     name and returns a dict with every definition's array.  ``dtype`` is
     ``float64`` or ``float32``; ``threads`` (default: all cores) splits
     parallel loops; ``passes`` replaces the L1/L2 part of the pipeline
-    (:data:`tcc.build.DEFAULT_LOOP_PIPELINE`), the lowering is appended.
+    (:data:`tcc.build.DEFAULT_LOOP_PIPELINE`, or ``DEFAULT_GPU_PIPELINE`` for
+    the GPU), the lowering is appended.  ``target="cuda"`` runs on an NVIDIA
+    GPU through PyCUDA (:mod:`tcc.backends.cuda`; device arrays are accepted
+    too), with ``arch`` (``sm_XY``, default the GPU's) and ``ptx`` (PTX ISA
+    version times ten, default the arch's minimum); ``target="cuda-sim"``
+    runs the same grid kernels on the CPU, for testing without a GPU.
     """
     from tcc.build import build
 
     return build(
-        _program(program_or_text), target=target, dtype=dtype, passes=passes, threads=threads, instruments=instruments
+        _program(program_or_text), target=target, dtype=dtype, passes=passes, threads=threads,
+        instruments=instruments, arch=arch, ptx=ptx,
     )
 
 

@@ -1,8 +1,10 @@
 """From a program to native code: the compile pipeline and the in-memory cache.
 
-The pipeline is the L1 -> L2 part (``DEFAULT_LOOP_PIPELINE`` or the user's
-``passes``), completed by whatever lowering it lacks: ``lower-loops`` if it
-ends at L1, then ``lower-llvm`` (with the element type) and ``llvm-opt``.  So
+The pipeline is the L1 -> L2 part (the target's default -- ``DEFAULT_LOOP_PIPELINE``
+for the CPU, ``DEFAULT_GPU_PIPELINE`` for ``cuda`` and ``cuda-sim`` -- or the
+user's ``passes``), completed by whatever lowering it lacks: ``lower-loops``
+if it ends at L1, then ``lower-llvm`` (with the element type and target) and
+``llvm-opt``, and for ``cuda`` ``emit-ptx``.  So
 ``--passes infer-ranges,lower-loops`` compiles without the L2 optimisations,
 which is how their effect is measured.
 
@@ -23,7 +25,15 @@ from tcc.diagnostics import TccError
 from tcc.pass_base import Level, Pass
 
 DEFAULT_LOOP_PIPELINE = "infer-ranges,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
-TARGETS = ("cpu",)
+# The GPU maps loops to threads, so it keeps what the CPU pipeline trades away
+# for registers and caches: no reduce-in-place or unroll-jam (they move
+# reductions outside output loops and give one thread several outputs), no
+# peel or interchange (they split or reorder loops inside a thread, where
+# coalescing across threads matters more than the order within one); fusion
+# only of whole nests, and every perfectly nested parallel loop marked, so
+# the grid gets one thread per output element (docs/cuda.md).
+DEFAULT_GPU_PIPELINE = "infer-ranges,lower-loops,hoist,fuse{full=true},reuse-buffers,parallel{depth=8}"
+TARGETS = ("cpu", "cuda", "cuda-sim")
 DTYPES = ("float64", "float32")
 
 _CACHE: dict[tuple, tuple[Any, Any, Any, Any]] = {}
@@ -46,11 +56,25 @@ def check_target(target: str) -> str:
     return target
 
 
-def compile_pipeline(passes: str | Sequence[Pass] | None, dtype: str, target: str = "cpu") -> list[Pass]:
-    """The full pipeline: ``passes`` (default :data:`DEFAULT_LOOP_PIPELINE`) plus the lowering it lacks."""
+def default_pipeline(target: str) -> str:
+    return DEFAULT_LOOP_PIPELINE if target == "cpu" else DEFAULT_GPU_PIPELINE
+
+
+def compile_pipeline(
+    passes: str | Sequence[Pass] | None, dtype: str, target: str = "cpu", arch: str = "", ptx: int = 0
+) -> list[Pass]:
+    """The full pipeline: ``passes`` (default: the target's) plus the lowering it lacks.
+
+    GPU targets lower with ``reassociate=never``: reassociation only pays
+    where LLVM vectorizes, which it does not for NVPTX, and without it a GPU
+    thread sums in the reference interpreter's order.
+    """
     from tcc.pipeline import check_levels, resolve_pipeline
 
-    pipeline = list(resolve_pipeline(DEFAULT_LOOP_PIPELINE if passes is None else passes))
+    check_target(target)
+    if target == "cpu" and (arch or ptx):
+        raise TccError("arch and ptx are options of target cuda, not of cpu")
+    pipeline = list(resolve_pipeline(default_pipeline(target) if passes is None else passes))
     level = pipeline[-1].output_level if pipeline else Level.INDEX
     tail: list[str] = []
     if level is Level.INDEX:
@@ -58,8 +82,17 @@ def compile_pipeline(passes: str | Sequence[Pass] | None, dtype: str, target: st
             pipeline.insert(0, resolve_pipeline("infer-ranges")[0])
         tail.append("lower-loops")
     if level in (Level.INDEX, Level.LOOPS):
-        tail.append(f"lower-llvm{{dtype={dtype} target={target}}}")
+        opts = f"dtype={dtype} target={target}"
+        if target != "cpu":
+            opts += " reassociate=never"
+        if arch:
+            opts += f" arch={arch}"
+        if ptx:
+            opts += f" ptx={ptx}"
+        tail.append(f"lower-llvm{{{opts}}}")
         tail.append("llvm-opt")
+    if target == "cuda" and level is not Level.PTX:
+        tail.append("emit-ptx")
     if tail:
         pipeline += list(resolve_pipeline(",".join(tail)))
     check_levels(pipeline)
@@ -74,14 +107,21 @@ def build(
     passes: str | Sequence[Pass] | None = None,
     threads: int | None = None,
     instruments: Sequence[Any] = (),
+    arch: str = "",
+    ptx: int = 0,
 ) -> Any:
-    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram`."""
+    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` (a
+    :class:`tcc.backends.cuda.CudaProgram` for ``cuda``)."""
     from tcc.pipeline import format_pipeline, run_pipeline
     from tcc.runtime import CompiledProgram
 
     check_target(target)
     dtype = normalize_dtype(dtype)
-    pipeline = compile_pipeline(passes, dtype, target)
+    if target == "cuda":  # fail before compiling anything when it could not run
+        from tcc.backends.cuda import require_pycuda
+
+        require_pycuda()
+    pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
     key = (str(program), format_pipeline(pipeline), dtype, target)
     hit = None if instruments else _CACHE.get(key)
     if hit is None:
@@ -98,16 +138,29 @@ def build(
                     self.program = state
 
         keep = _LastIndexState(program)
-        llvm_module = run_pipeline(program, pipeline, instruments=[*instruments, keep])
-        from tcc.backends.cpu import jit
+        final = run_pipeline(program, pipeline, instruments=[*instruments, keep])
+        if target == "cuda":
+            from tcc.backends.cuda import load
 
-        executable = jit(llvm_module)
+            if not hasattr(final, "arch") or not hasattr(final, "llvm"):
+                raise TccError("a cuda pipeline must end with emit-ptx")
+            executable = load(final)
+            llvm_module = final.llvm
+        else:
+            from tcc.backends.cpu import jit
+
+            llvm_module = final
+            executable = jit(llvm_module)
         l1, loops = keep.program, llvm_module.program
         hit = (l1, loops, llvm_module, executable)
         if not instruments:
             with _CACHE_LOCK:
                 _CACHE[key] = hit
     l1, loops, llvm_module, executable = hit
+    if target == "cuda":
+        from tcc.backends.cuda import CudaProgram
+
+        return CudaProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
     return CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
 
 

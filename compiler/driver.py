@@ -22,8 +22,8 @@ from typing import Any, Sequence
 
 from tcc.diagnostics import TccError
 
-TARGETS = ["cpu"]
-EMITS = ["index", "loops", "llvm", "asm"]
+TARGETS = ["cpu", "cuda", "cuda-sim"]
+EMITS = ["index", "loops", "llvm", "ptx", "asm"]
 DTYPES = ["float64", "float32"]
 
 
@@ -55,6 +55,13 @@ def _add_pipeline_flags(p: argparse.ArgumentParser, *, default_passes: str | Non
     p.add_argument("--verify-each", action="store_true", help="verify the IR after every pass")
 
 
+def _add_gpu_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", default="", metavar="sm_XY",
+                   help="GPU architecture for --target cuda (default: the GPU's, or sm_80 without one)")
+    p.add_argument("--ptx", type=int, default=0, metavar="VERSION",
+                   help="PTX ISA version times ten for --target cuda, e.g. 78 (default: the arch's minimum)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tcc", description="A staged tensor-algebra compiler with exact symbolic derivatives.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -76,13 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
     c.add_argument("--sizes", metavar="n=4,m=3", help="bind size names (default 5, 4, 6, 3, 7, ... in order)")
     c.add_argument("--target", choices=TARGETS + ["reference"], default="cpu",
-                   help="evaluate with compiled code (cpu, the default) or the reference interpreter")
+                   help="evaluate with compiled code (cpu, the default; cuda on a GPU; cuda-sim: the GPU "
+                        "kernels simulated on the CPU) or the reference interpreter")
 
     r = sub.add_parser("run", help="evaluate every definition")
     r.add_argument("file", metavar="FILE")
     r.add_argument("--inputs", metavar="IN.npz", help="input arrays (.npz); undeclared arrays are ignored")
     r.add_argument("--output", metavar="OUT.npz", required=True, help="where every definition is written")
-    r.add_argument("--target", choices=TARGETS, default="cpu", help="where the compiled code runs (default cpu)")
+    r.add_argument("--target", choices=TARGETS, default="cpu",
+                   help="where the compiled code runs: cpu (default), cuda (an NVIDIA GPU, needs PyCUDA) or "
+                        "cuda-sim (the GPU kernels simulated on the CPU)")
+    _add_gpu_flags(r)
     r.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
     r.add_argument("--threads", type=int, help="threads for parallel loops (default: all cores)")
     r.add_argument("--reference", action="store_true",
@@ -93,8 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("file", metavar="FILE")
     k.add_argument("--emit", choices=EMITS, default="index",
                    help="index: L1 after the passes; loops: L2 loop nests; llvm: optimised LLVM IR; "
-                        "asm: host assembly (default index)")
-    k.add_argument("--target", choices=TARGETS, default="cpu")
+                        "ptx: PTX for NVIDIA GPUs (implies --target cuda); asm: host assembly, or PTX for "
+                        "--target cuda (default index)")
+    k.add_argument("--target", choices=TARGETS, default=None,
+                   help="cpu (default), cuda or cuda-sim; decides the default pipeline and the code generated")
+    _add_gpu_flags(k)
     k.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
     k.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT instead of stdout")
     _add_pipeline_flags(k, default_passes="infer-ranges for index, the compile pipeline otherwise")
@@ -215,9 +229,18 @@ def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
     return 0
 
 
+def _emit_target(args: argparse.Namespace) -> str:
+    """``--emit ptx`` means target cuda; ``--target`` otherwise (default cpu)."""
+    if args.emit == "ptx":
+        if args.target not in (None, "cuda"):
+            raise TccError(f"--emit ptx generates code for target cuda, not '{args.target}'")
+        return "cuda"
+    return args.target or "cpu"
+
+
 def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
     """The passes that take the program to the level ``--emit`` asks for."""
-    from tcc.build import DEFAULT_LOOP_PIPELINE, compile_pipeline
+    from tcc.build import compile_pipeline, default_pipeline
     from tcc.pass_base import Level
     from tcc.pipeline import check_levels, parse_pipeline
 
@@ -226,22 +249,26 @@ def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
         if check_levels(passes) is not Level.INDEX:
             raise TccError("--emit index needs a pipeline that stays at the index level")
         return passes
+    target = _emit_target(args)
     if args.emit == "loops":
-        passes = parse_pipeline(args.passes if args.passes is not None else DEFAULT_LOOP_PIPELINE)
+        passes = parse_pipeline(args.passes if args.passes is not None else default_pipeline(target))
         level = check_levels(passes)
         if level is Level.INDEX:
             passes += parse_pipeline("lower-loops")
         elif level is not Level.LOOPS:
             raise TccError("--emit loops needs a pipeline that ends at the loop level")
         return passes
-    return compile_pipeline(args.passes, args.dtype, args.target)
+    passes = compile_pipeline(args.passes, args.dtype, target, args.arch, args.ptx)
+    if args.emit == "llvm" and target == "cuda" and passes[-1].name == "emit-ptx":
+        passes = passes[:-1]  # the optimised NVPTX module, libdevice linked in
+    return passes
 
 
 def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
     passes = _emit_pipeline(args)
     program = session.load(args.file)
     result = _run_passes(session, args, program, passes)
-    if args.emit == "asm":
+    if args.emit == "asm" and _emit_target(args) != "cuda":
         from tcc.backends.cpu import emit_assembly
 
         text = emit_assembly(result)
@@ -300,7 +327,7 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     else:
         from tcc.build import build, compile_pipeline
 
-        passes = compile_pipeline(args.passes, args.dtype, args.target)
+        passes = compile_pipeline(args.passes, args.dtype, args.target, args.arch, args.ptx)
         insts, timer = _instruments(args)
         if args.print_pipeline:
             from tcc.pipeline import format_pipeline
@@ -308,7 +335,7 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
             print(format_pipeline(passes), file=sys.stderr)
         try:
             compiled = build(program, target=args.target, dtype=args.dtype, passes=passes,
-                             threads=args.threads, instruments=insts)
+                             threads=args.threads, instruments=insts, arch=args.arch, ptx=args.ptx)
         finally:
             if timer is not None:
                 sys.stderr.write(timer.report())

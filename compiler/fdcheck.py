@@ -115,7 +115,8 @@ def check_gradients(
     ``target="cpu"`` (the default) checks the code a user would run: the
     derivative program and the function itself are compiled (float64), so a
     wrong lowering fails the check just like a wrong derivative.
-    ``target="reference"`` evaluates both with the reference interpreter.
+    ``target="reference"`` evaluates both with the reference interpreter;
+    ``cuda`` (a GPU) and ``cuda-sim`` check the GPU backend's code instead.
     """
     from tcc.interpreter import evaluate
 
@@ -179,15 +180,15 @@ def check_gradients(
     if target == "reference":
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
             return evaluate(program, pack(arrays), np.float64)
-    elif target == "cpu":
+    elif target in ("cpu", "cuda", "cuda-sim"):
         from tcc.build import build
 
-        compiled = {id(src): build(src), id(deriv): build(deriv)}
+        compiled = {id(src): build(src, target=target), id(deriv): build(deriv, target=target)}
 
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
             return compiled[id(program)](**{k: np.require(v, np.float64, "C") for k, v in arrays.items()})
     else:
-        raise TccError(f"unknown check target '{target}' (choose cpu or reference)")
+        raise TccError(f"unknown check target '{target}' (choose cpu, cuda, cuda-sim or reference)")
 
     analytic_all = run(deriv, {**inputs, seed_decl.name: seed_arr})
 

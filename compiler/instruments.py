@@ -76,19 +76,29 @@ def _is_llvm(program: Any) -> bool:
     return False
 
 
+def _is_ptx(program: Any) -> bool:
+    mod = sys.modules.get("tcc.backends.ptx")
+    return mod is not None and isinstance(program, mod.PTXModule)
+
+
 def dump_suffix(program: Any) -> str:
-    """The file suffix of a dump: ``.tcc`` (L1), ``.loops`` (L2) or ``.ll`` (L3)."""
+    """The file suffix of a dump: ``.tcc`` (L1), ``.loops`` (L2), ``.ll`` (L3) or ``.ptx``."""
     if _is_loop_program(program):
         return ".loops"
     if _is_llvm(program):
         return ".ll"
+    if _is_ptx(program):
+        return ".ptx"
     return ".tcc"
 
 
 def _titled(title: str, program: Any) -> str:
-    """A dump header as a comment of the program's language (``;`` in LLVM IR, else ``#``)."""
-    if _is_llvm(program):
-        title = "; " + title[2:-2] + " ;" if title.startswith("# ") and title.endswith(" #") else "; " + title
+    """A dump header as a comment of the program's language (``;`` in LLVM IR, ``//`` in PTX, else ``#``)."""
+    for check, mark in ((_is_llvm, ";"), (_is_ptx, "//")):
+        if check(program):
+            if title.startswith("# ") and title.endswith(" #"):
+                return f"{mark} {title[2:-2]} {mark}"
+            return f"{mark} {title}"
     return title
 
 
@@ -107,8 +117,9 @@ class DumpIR(BaseInstrument):
     state it receives, i.e. file NN-1.  With neither selection given, every pass
     is selected (``--dump-dir`` alone).  The suffix follows the IR level: ``.tcc``
     for L1, ``.loops`` for L2 (:func:`tcc.ir.loops_parser.parse_loop_program`
-    reads it back) and ``.ll`` for an LLVM module.  Each file starts with a
-    header line that is a comment of its language (``#``; ``;`` in LLVM IR), so
+    reads it back), ``.ll`` for an LLVM module and ``.ptx`` for PTX.  Each file
+    starts with a header line that is a comment of its language (``#``; ``;``
+    in LLVM IR; ``//`` in PTX), so
     the files parse back and any step can be replayed.
     """
 

@@ -19,6 +19,7 @@ class Level(enum.Enum):
     INDEX = "index"   # L1: element-wise index expressions
     LOOPS = "loops"   # L2: loop nests
     LLVM = "llvm"     # L3: an llvmlite module
+    PTX = "ptx"       # PTX text for NVIDIA GPUs (what emit-ptx makes of an L3 module)
 
     def __str__(self) -> str:
         return self.value

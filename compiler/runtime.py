@@ -17,6 +17,13 @@ Parallel kernels (an outermost ``parallel for``) are split over a thread
 pool: ctypes releases the GIL for the duration of a foreign call, so the parts
 run truly in parallel.  Kernels run in order; a kernel starts when every part
 of the previous one has finished.
+
+Target ``cuda-sim`` runs the CUDA backend's grid kernels on the host: each
+kernel is "launched" with the shape the CUDA runtime's
+:func:`tcc.backends.cuda.launch_shape` picks, with deliberately tiny blocks
+(:data:`SIM_BLOCK` threads, at most :data:`SIM_MAX_BLOCKS` blocks) so that
+even small tests run the grid-stride loop, and the simulated threads run one
+after another.  It exists to test the grid mapping where there is no GPU.
 """
 from __future__ import annotations
 
@@ -31,7 +38,11 @@ import numpy as np
 from tcc.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
-__all__ = ["CallError", "CompiledProgram", "default_threads"]
+__all__ = ["CallError", "CompiledProgram", "default_threads", "SIM_BLOCK", "SIM_MAX_BLOCKS"]
+
+#: cuda-sim launch shape: threads per block and the most blocks (24 simulated threads in all)
+SIM_BLOCK = 8
+SIM_MAX_BLOCKS = 3
 
 
 class CallError(TccError, ValueError):
@@ -79,6 +90,11 @@ class CompiledProgram:
         self.inputs: tuple[str, ...] = tuple(d.name for d in program.inputs)
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
+        self._bands = None
+        if getattr(llvm, "target", "cpu") == "cuda-sim":
+            from tcc.backends.llvm import grid_band
+
+            self._bands = [grid_band(k) for k in loops.kernels]
 
     @property
     def threads(self) -> int:
@@ -161,13 +177,21 @@ class CompiledProgram:
             if b.name in arrays:
                 buffers[b.name] = self._check_output(b.name, arrays[b.name], shape)
             else:
-                buffers[b.name] = np.empty(shape, dtype=self.dtype)
+                buffers[b.name] = self._new_buffer(b.name, shape)
         given = [n for n in self.results if n in arrays]
         for n in given:
             for other, arr in buffers.items():
-                if other != n and np.may_share_memory(buffers[n], arr):
+                if other != n and self._overlap(buffers[n], arr):
                     raise CallError(f"output '{n}' overlaps the memory of '{other}'")
         return sizes, buffers
+
+    def _new_buffer(self, name: str, shape: tuple[int, ...]) -> Any:
+        """Storage for a result or temporary the caller did not pass."""
+        return np.empty(shape, dtype=self.dtype)
+
+    @staticmethod
+    def _overlap(a: Any, b: Any) -> bool:
+        return np.may_share_memory(a, b)
 
     # -- calling ------------------------------------------------------------
     def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
@@ -176,6 +200,14 @@ class CompiledProgram:
         ptrs = (ctypes.c_void_p * max(1, len(order)))(*[buffers[b.name].ctypes.data for b in order])
         size_vals = (ctypes.c_int64 * max(1, len(self.loops.sizes)))(*[sizes[s] for s in self.loops.sizes])
         threads = self._threads
+        if self._bands is not None:
+            from tcc.backends.cuda import launch_shape
+
+            for k, band in zip(self.executable.kernels, self._bands):
+                blocks, block = launch_shape(band, sizes, SIM_BLOCK, SIM_MAX_BLOCKS)
+                if blocks:
+                    k.fn(ptrs, size_vals, blocks, block)
+            return {n: buffers[n] for n in self.results}
         for k in self.executable.kernels:
             if k.parallel and threads > 1:
                 pool = _pool(threads)

@@ -32,6 +32,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "cse": "tcc.passes.cse:CSE",
     "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
+    "emit-ptx": "tcc.passes.emit_ptx:EmitPTX",
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
     "interchange": "tcc.passes.interchange:Interchange",
     "hoist": "tcc.passes.hoist:Hoist",

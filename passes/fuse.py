@@ -30,6 +30,15 @@ fused body, and kernel 2 reads ``b[idx]`` at that very index without writing
 
 Kernel 2's loop variables and scalars are renamed where they would clash
 with kernel 1's (names are only unique per kernel).
+
+``full=true`` fuses only over *all* of both kernels' perfectly nested outer
+loops.  Fusing over fewer turns the other loops into sequential loops inside
+one iteration of the fused ones: good on a CPU, whose runtime splits only the
+outermost loop anyway, but on a GPU it takes loops away from the grid (the
+Urban gradient's ``f`` and ``da`` share only their row loop, and fused they
+would give one thread per row instead of one per element).  The GPU pipeline
+therefore fuses with ``full=true``: element-wise chains still become one
+launch (seed 002, sec. V) and no kernel loses parallelism.
 """
 from __future__ import annotations
 
@@ -136,7 +145,8 @@ def _spine(kernel: Kernel) -> list[For]:
 
 
 class _Fuser:
-    def __init__(self, program: LoopProgram) -> None:
+    def __init__(self, program: LoopProgram, full: bool = False) -> None:
+        self.full = full
         self.sizes = set(program.sizes)
         self.buffers = {b.name for b in program.buffers}
         self.taken = program_names(program)
@@ -154,6 +164,10 @@ class _Fuser:
                 break
             names[b.var] = a.var
             depth += 1
+        if self.full:
+            if not depth == len(s1) == len(s2):
+                return None
+            return self.try_depth(k1, k2, s1, s2, depth)
         for d in range(depth, 0, -1):
             fused = self.try_depth(k1, k2, s1, s2, d)
             if fused is not None:
@@ -258,8 +272,8 @@ def _exprs(body: Sequence[Stmt]) -> Iterable[Expr]:
             yield s.value
 
 
-def fuse_program(program: LoopProgram) -> LoopProgram:
-    fuser = _Fuser(program)
+def fuse_program(program: LoopProgram, full: bool = False) -> LoopProgram:
+    fuser = _Fuser(program, full)
     out: list[Kernel] = []
     for k in program.kernels:
         if out:
@@ -280,5 +294,8 @@ class Fuse(Pass):
     level = Level.LOOPS
     summary = "consecutive kernels over the same outer loops become one nest when every dependence stays in its iteration"
 
+    # fuse only over all of both kernels' perfectly nested outer loops (the GPU's choice)
+    full: bool = False
+
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
-        return fuse_program(program)
+        return fuse_program(program, self.full)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.diagnostics import TccError
 from tcc.pass_base import Level, Pass, PassContext
 
 
@@ -26,8 +25,10 @@ class LLVMOpt(Pass):
             raise ValueError(f"opt-level must be 0..3, not {self.opt_level}")
 
     def run(self, program, ctx: PassContext):
-        if program.target != "cpu":
-            raise TccError(f"llvm-opt: optimising for target '{program.target}' is not implemented yet")
-        from tcc.backends import cpu
+        if program.target == "cuda":  # libdevice linked in, NVPTX target machine
+            from tcc.backends import ptx
+
+            return ptx.optimize(program, self.opt_level)
+        from tcc.backends import cpu  # cpu, and cuda-sim: grid kernels run on the host
 
         return cpu.optimize(program, self.opt_level)

@@ -20,7 +20,7 @@ class LowerLLVM(Pass):
     summary = "lower loop nests to an LLVM module (one function per kernel)"
 
     dtype: Literal["float64", "float32"] = "float64"
-    target: Literal["cpu", "cuda"] = "cpu"
+    target: Literal["cpu", "cuda", "cuda-sim"] = "cpu"
     # Reassociating accumulations lets LLVM vectorize reductions, at the price
     # of results that differ from sequential summation in the last bits; by
     # default only unit-stride ones, where vectorizing pays (backends/llvm.py).
@@ -28,8 +28,12 @@ class LowerLLVM(Pass):
     # Fused multiply-adds where the target has them (off: measured slower on
     # the strided-convolution gradient, see backends/llvm.py).
     contract: bool = False
+    # target cuda: the SM architecture ("" = the GPU's, or sm_80 without one) and
+    # the PTX ISA version times ten (0 = the oldest that supports arch)
+    arch: str = ""
+    ptx: int = 0
 
     def run(self, program, ctx: PassContext):
         from tcc.backends.llvm import lower_program  # llvmlite is imported only when code is generated
 
-        return lower_program(program, self.dtype, self.target, self.reassociate, self.contract)
+        return lower_program(program, self.dtype, self.target, self.reassociate, self.contract, self.arch, self.ptx)

@@ -25,6 +25,16 @@ Derivative kernels pass by construction: tcc's derivatives are gathers (seed
 000, sec. 7), one output element per iteration, reading inputs only.  A
 ``local`` is per iteration (declared inside the loop), so it never races.
 The pass only adds marks; it never clears one.
+
+``depth`` > 1 also marks loops nested directly inside a marked one (the
+loop is the only statement of its parent's body), each by the same test with
+the enclosing marked variables counted as fixed, up to ``depth`` loops in
+all.  Iterations of such a band are pairwise independent: two iterations
+that differ in an outer variable are separated by that loop's test (which
+covered the whole body), two that agree on the outer ones by the inner
+loop's.  The CPU runtime splits only the outermost loop, so its pipeline
+keeps ``depth=1``; the GPU backend maps the whole band to the grid (one
+thread per output element, not per row), so its pipeline asks for more.
 """
 from __future__ import annotations
 
@@ -68,15 +78,28 @@ def _strip(of_name: list, p: int, e: Affine, var: str) -> bool:
     return max(offsets) - min(offsets) < abs(e.coeff(var))
 
 
-def parallelize(program: LoopProgram) -> LoopProgram:
+def _mark(loop: For, buffers: set[str], fixed: set[str], depth: int) -> For:
+    """``loop`` and up to ``depth - 1`` loops directly inside it, marked where race-free."""
+    if not loop.parallel:
+        if not race_free(loop, buffers, fixed):
+            return loop
+        loop = replace(loop, parallel=True)
+    if depth > 1 and len(loop.body) == 1 and isinstance(loop.body[0], For):
+        inner = _mark(loop.body[0], buffers, fixed | {loop.var}, depth - 1)
+        if inner is not loop.body[0]:
+            loop = replace(loop, body=(inner,))
+    return loop
+
+
+def parallelize(program: LoopProgram, depth: int = 1) -> LoopProgram:
     buffers = {b.name for b in program.buffers}
     sizes = set(program.sizes)
     kernels: list[Kernel] = []
     for k in program.kernels:
-        if len(k.body) == 1 and isinstance(k.body[0], For) and not k.body[0].parallel:
-            loop = k.body[0]
-            if race_free(loop, buffers, sizes):
-                k = replace(k, body=(replace(loop, parallel=True),))
+        if len(k.body) == 1 and isinstance(k.body[0], For):
+            loop = _mark(k.body[0], buffers, sizes, depth)
+            if loop is not k.body[0]:
+                k = replace(k, body=(loop,))
         kernels.append(k)
     return replace(program, kernels=tuple(kernels))
 
@@ -89,5 +112,12 @@ class Parallel(Pass):
     level = Level.LOOPS
     summary = "the outer loop of a one-loop kernel becomes parallel when every written buffer is indexed one to one by it"
 
+    # how many perfectly nested loops, from the outermost, may be marked
+    depth: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
+            raise ValueError(f"depth must be a positive integer, not {self.depth!r}")
+
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
-        return parallelize(program)
+        return parallelize(program, self.depth)

@@ -1,0 +1,368 @@
+"""The CUDA runtime: PTX loaded with PyCUDA, every kernel launched over the grid.
+
+    f = tcc.compile("examples/urban.tcc", target="cuda")
+    out = f(a=a, b=b, c=c, d=d)                  # NumPy in, NumPy out (copied)
+    out = f(a=a_gpu, b=b_gpu, c=c_gpu, d=d_gpu)  # device arrays in: device arrays out, no copy
+
+PyCUDA is imported only here, and only when a program is compiled for
+``cuda``: ``import tcc`` and every CPU path work without it, and its absence
+is a :class:`TccError` saying what to install.
+
+**Context.**  tcc uses the device's *primary* context (what the CUDA runtime,
+PyTorch, CuPy and JAX use), retained once per process and made current in the
+calling thread, so device pointers from those libraries are valid in tcc's
+kernels and the other way round.  The device is ``TCC_CUDA_DEVICE`` (default
+0).
+
+**Arguments.**  Each array may be a NumPy array (copied to the device before
+the launches and, for results, back after them), a
+``pycuda.gpuarray.GPUArray``, or any object with ``__cuda_array_interface__``
+(CuPy, PyTorch, Numba; read in place, no copy).  The checks of the CPU
+runtime apply to all of them (names, rank, sizes, dtype, C-contiguity,
+writable and non-overlapping outputs), with the same messages.
+
+**Results** come back as the caller's kind: NumPy when every array argument
+was NumPy; otherwise the kind of the first device argument -- a PyTorch
+tensor on its device, a CuPy array, or a ``GPUArray`` for any other object.
+Result arrays passed in are written in place.  Launches go to the legacy
+default stream, which orders them after earlier work of PyTorch or CuPy on
+their default streams.  A call returns when its kernels have finished (one
+context synchronisation, a few microseconds): the temporaries it allocated
+are then free to go, and results are ready for any stream.
+
+**Launch shapes** (:func:`launch_shape`): a kernel's band (see
+:func:`tcc.backends.llvm.grid_band`) of ``total`` iterations runs on blocks
+of :data:`BLOCK` threads (fewer, rounded up to a warp, when ``total`` is
+small), at most ``ceil(total / BLOCK)`` blocks and at most
+:data:`BLOCKS_PER_SM` per multiprocessor; the kernels' grid-stride loops
+cover the rest.  A kernel without a band runs on one thread.  Temporaries
+(buffers made by L2 passes) are allocated per call with PyCUDA's allocator.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from tcc.diagnostics import TccError
+from tcc.ir.loops import For
+from tcc.runtime import CallError, CompiledProgram
+
+from .llvm import band_extents, grid_band
+from .ptx import PTXModule
+
+__all__ = ["BLOCK", "BLOCKS_PER_SM", "CudaExecutable", "CudaProgram", "launch_shape", "load", "require_pycuda"]
+
+#: threads per block for a band of at least this many iterations
+BLOCK = 256
+#: blocks per multiprocessor at most; the grid-stride loop covers larger bands
+BLOCKS_PER_SM = 32
+WARP = 32
+
+_INSTALL = (
+    "the CUDA target needs PyCUDA and an NVIDIA GPU with its driver: pip install 'tcc[cuda]' "
+    "(which builds PyCUDA against the CUDA toolkit; see docs/cuda.md)"
+)
+
+
+def launch_shape(band: tuple[For, ...], sizes: Mapping[str, int], block: int, max_blocks: int) -> tuple[int, int]:
+    """``(blocks, threads per block)`` for one kernel; ``(0, 0)`` when its band is empty.
+
+    A kernel without a band runs on one thread (its body guards on thread 0).
+    """
+    if not band:
+        return 1, 1
+    total = math.prod(band_extents(band, sizes))
+    if total <= 0:
+        return 0, 0
+    threads = min(block, -(-total // WARP) * WARP) if block >= WARP else block
+    return min(-(-total // threads), max_blocks), threads
+
+
+# ---------------------------------------------------------------------------
+# PyCUDA, the context and the device
+# ---------------------------------------------------------------------------
+
+_STATE: dict[str, Any] = {}
+_STATE_LOCK = threading.Lock()
+
+
+def require_pycuda():
+    """``pycuda.driver`` with the primary context of the chosen device current in this thread."""
+    with _STATE_LOCK:
+        if "driver" not in _STATE:
+            try:
+                import pycuda.driver as drv
+                import pycuda.gpuarray as gpuarray
+            except ImportError as exc:
+                raise TccError(f"{_INSTALL} (importing pycuda failed: {exc})") from None
+            try:
+                drv.init()
+                count = drv.Device.count()
+            except Exception as exc:  # noqa: BLE001 - pycuda.driver.Error and friends
+                raise TccError(f"{_INSTALL} (the CUDA driver did not start: {exc})") from None
+            ordinal = int(os.environ.get("TCC_CUDA_DEVICE", "0"))
+            if not 0 <= ordinal < count:
+                raise TccError(f"no CUDA device {ordinal}: this machine has {count} (TCC_CUDA_DEVICE chooses one)")
+            device = drv.Device(ordinal)
+            context = device.retain_primary_context()
+            sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+            _STATE.update(driver=drv, gpuarray=gpuarray, device=device, context=context, sms=sms)
+        drv = _STATE["driver"]
+    current = drv.Context.get_current()
+    if current is None or current != _STATE["context"]:
+        _STATE["context"].push()
+    return drv
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """One loaded kernel: the prepared PyCUDA function and the band it spreads over the grid."""
+
+    name: str
+    symbol: str
+    function: Any
+    band: tuple[For, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class CudaExecutable:
+    """A loaded PTX module: its kernels in order (keeps the module, and so the code, alive)."""
+
+    kernels: tuple[CudaKernel, ...]
+    ptx: PTXModule
+    module: Any
+    max_blocks: int
+
+    @property
+    def program(self):
+        return self.ptx.program
+
+    @property
+    def llvm_module(self):
+        return self.ptx.llvm
+
+
+def load(ptx: PTXModule) -> CudaExecutable:
+    """Load PTX into the current context (the driver JIT-compiles it for the GPU)."""
+    drv = require_pycuda()
+    try:
+        module = drv.module_from_buffer(ptx.text.encode())
+    except Exception as exc:  # noqa: BLE001 - the driver's JIT refusing our PTX is a compiler bug
+        raise RuntimeError(f"the CUDA driver rejected tcc's PTX for {ptx.arch} (a compiler bug, or a GPU older than {ptx.arch}): {exc}") from None
+    program = ptx.program
+    arg_types = "P" * len(program.buffers) + "q" * len(program.sizes)
+    kernels = []
+    for kernel, symbol in zip(program.kernels, ptx.kernel_symbols):
+        fn = module.get_function(symbol)
+        fn.prepare(arg_types)
+        kernels.append(CudaKernel(kernel.name, symbol, fn, grid_band(kernel)))
+    return CudaExecutable(tuple(kernels), ptx, module, BLOCKS_PER_SM * _STATE["sms"])
+
+
+# ---------------------------------------------------------------------------
+# Arrays
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """What the runtime needs of a device array: where it is and how it is laid out.
+
+    ``owner`` is the caller's object (kept alive for the call); ``kind`` is
+    ``gpuarray``, ``torch``, ``cupy`` or ``cai`` (another library).
+    """
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    c_contiguous: bool
+    readonly: bool
+    owner: Any
+    kind: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def _library(obj: Any) -> str:
+    return type(obj).__module__.split(".")[0]
+
+
+def as_device_array(obj: Any) -> DeviceArray | None:
+    """The device view of a GPUArray or a ``__cuda_array_interface__`` object; None for anything else."""
+    gpuarray = _STATE.get("gpuarray")
+    if gpuarray is not None and isinstance(obj, gpuarray.GPUArray):
+        return DeviceArray(int(obj.gpudata) if obj.size else 0, tuple(obj.shape), np.dtype(obj.dtype),
+                           bool(obj.flags.c_contiguous), False, obj, "gpuarray")
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    shape = tuple(int(s) for s in cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    ptr, readonly = cai["data"]
+    strides = cai.get("strides")
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize) or 0 in shape
+    library = _library(obj)
+    return DeviceArray(int(ptr or 0), shape, dtype, contiguous, bool(readonly), obj,
+                       library if library in ("torch", "cupy") else "cai")
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for s in reversed(shape):
+        strides.append(step)
+        step *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def _new_result(kind: str, like: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """A result array of the caller's kind (see the module docstring)."""
+    if kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
+    if kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=dtype)
+    return _STATE["gpuarray"].empty(shape, dtype)
+
+
+# ---------------------------------------------------------------------------
+# The compiled program
+# ---------------------------------------------------------------------------
+
+
+class CudaProgram(CompiledProgram):
+    """A program compiled for an NVIDIA GPU; called like the CPU one (see the module docstring).
+
+    ``ptx`` is the PTX it runs; ``threads`` is accepted for the CPU API's sake
+    and has no effect.
+    """
+
+    def __init__(self, program: Any, loops: Any, llvm: Any, executable: CudaExecutable, dtype: np.dtype,
+                 threads: int | None) -> None:
+        super().__init__(program, loops, llvm, executable, dtype, threads)
+        self.ptx = executable.ptx
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace(" on cuda>", f" on cuda ({self.ptx.arch})>")
+
+    # -- argument checking (device arrays as well as NumPy) ----------------
+    def _check_input(self, name: str, value: Any, decl: Any) -> Any:
+        dev = as_device_array(value)
+        if dev is None:
+            if isinstance(value, np.ndarray) or isinstance(value, (int, float, np.number)):
+                return super()._check_input(name, value, decl)
+            raise CallError(
+                f"input '{name}' must be a NumPy array, a pycuda GPUArray or an object with "
+                f"__cuda_array_interface__ of {self.dtype}, got {type(value).__name__}"
+            )
+        if dev.dtype != self.dtype:
+            raise CallError(
+                f"input '{name}' has dtype {dev.dtype}, but this program was compiled for {self.dtype} "
+                f"(compile with dtype='{dev.dtype}' or convert it)"
+            )
+        if not dev.c_contiguous:
+            raise CallError(f"input '{name}' is not C-contiguous; pass a contiguous copy")
+        return dev
+
+    def _check_output(self, name: str, value: Any, shape: tuple[int, ...]) -> Any:
+        dev = as_device_array(value)
+        if dev is None:
+            return super()._check_output(name, value, shape)
+        if dev.dtype != self.dtype:
+            raise CallError(f"output '{name}' has dtype {dev.dtype}, expected {self.dtype}")
+        if dev.shape != shape:
+            raise CallError(f"output '{name}' has shape {dev.shape}, expected {shape} for these inputs")
+        if not dev.c_contiguous:
+            raise CallError(f"output '{name}' is not C-contiguous")
+        if dev.readonly:
+            raise CallError(f"output '{name}' is read-only")
+        return dev
+
+    def _new_buffer(self, name: str, shape: tuple[int, ...]) -> Any:
+        return _Pending(shape)
+
+    @staticmethod
+    def _overlap(a: Any, b: Any) -> bool:
+        if isinstance(a, DeviceArray) and isinstance(b, DeviceArray):
+            return a.nbytes > 0 and b.nbytes > 0 and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            return np.may_share_memory(a, b)
+        return False
+
+    # -- calling -----------------------------------------------------------
+    def __call__(self, **arrays: Any) -> dict[str, Any]:
+        drv = require_pycuda()
+        gpuarray = _STATE["gpuarray"]
+        sizes, buffers = self.bind(arrays)
+        first_device = next((b for n, b in buffers.items() if isinstance(b, DeviceArray) and n in arrays), None)
+        keep: list[Any] = []  # device memory that must live until the launches are done
+        pointers: dict[str, int] = {}
+        for b in self.loops.buffers:
+            value = buffers[b.name]
+            if isinstance(value, DeviceArray):
+                pointers[b.name] = value.ptr
+                continue
+            if isinstance(value, np.ndarray):  # a NumPy input, or a NumPy result array passed in
+                dev = gpuarray.to_gpu(value) if b.role == "input" else gpuarray.empty(value.shape, self.dtype)
+            elif b.role != "temp" and first_device is not None and first_device.kind != "cai":
+                dev = _new_result(first_device.kind, first_device.owner, value.shape, self.dtype)
+                buffers[b.name] = as_device_array(dev)
+                keep.append(dev)
+                pointers[b.name] = buffers[b.name].ptr
+                continue
+            else:
+                dev = gpuarray.empty(value.shape, self.dtype)
+            keep.append(dev)
+            pointers[b.name] = int(dev.gpudata) if dev.size else 0
+            if not isinstance(value, np.ndarray):
+                buffers[b.name] = as_device_array(dev)
+            else:
+                buffers[b.name] = (value, dev)
+        args = [pointers[b.name] for b in self.loops.buffers] + [sizes[s] for s in self.loops.sizes]
+        for k in self.executable.kernels:
+            blocks, block = launch_shape(k.band, sizes, BLOCK, self.executable.max_blocks)
+            if blocks:
+                k.function.prepared_call((blocks, 1), (block, 1, 1), *args)
+        out: dict[str, Any] = {}
+        for name in self.results:
+            value = buffers[name]
+            if isinstance(value, tuple):  # NumPy: copy back into the caller's (or a new) array
+                host, dev = value
+                dev.get(ary=host)
+                out[name] = host
+            elif first_device is None:
+                out[name] = value.owner.get()
+            else:
+                out[name] = value.owner
+        drv.Context.synchronize()  # before `keep` (temporaries, staged copies) is freed
+        return out
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A result or temporary that the call has not allocated yet (bind only fixes its shape)."""
+
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
