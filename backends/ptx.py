@@ -197,6 +197,10 @@ def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:
         tm = target_machine(llvm_module.arch, llvm_module.ptx_version)
         pto = llvm.create_pipeline_tuning_options(speed_level=level)
         pb = llvm.create_pass_builder(tm, pto)
+        # drop the hundreds of unused libdevice functions before O3 looks at each
+        dce = llvm.create_new_module_pass_manager()
+        dce.add_global_dead_code_eliminate_pass()
+        dce.run(mod, pb)
         pb.getModulePassManager().run(mod, pb)
         try:
             mod.verify()

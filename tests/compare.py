@@ -24,11 +24,12 @@ def random_inputs(program: Any, sizes: Mapping[str, int] | None = None, seed: in
 
 
 def assert_matches_interpreter(program: Any, sizes: Mapping[str, int] | None = None, dtype: str = "float64",
-                               passes: Any = None, seed: int = 0, threads: int | None = None) -> dict[str, np.ndarray]:
+                               passes: Any = None, seed: int = 0, threads: int | None = None,
+                               target: str = "cpu") -> dict[str, np.ndarray]:
     """Compile ``program`` and compare every definition with the interpreter (normwise relative error)."""
     inferred = tcc.transform(program, "infer-ranges")
     inputs = random_inputs(inferred, sizes, seed, dtype)
-    compiled = tcc.compile(program, dtype=dtype, passes=passes, threads=threads)
+    compiled = tcc.compile(program, target, dtype=dtype, passes=passes, threads=threads)
     got = compiled(**inputs)
     want = evaluate(inferred, {k: v.astype(np.float64) for k, v in inputs.items()}, np.float64)
     assert set(got) == {d.name for d in inferred.definitions}

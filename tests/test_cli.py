@@ -154,9 +154,9 @@ def test_run_missing_npz_and_bad_target(square, tmp_path, capsys):
     assert main(["run", square, "--inputs", str(tmp_path / "none.npz"), "--output", str(tmp_path / "o.npz")]) == 1
     err = capsys.readouterr().err
     assert f"error: cannot read '{tmp_path / 'none.npz'}': No such file or directory" in err
-    assert main(["run", square, "--output", "o.npz", "--target", "cuda"]) == 1
+    assert main(["run", square, "--output", "o.npz", "--target", "tpu"]) == 1
     err = capsys.readouterr().err
-    assert "invalid choice: 'cuda'" in err
+    assert "invalid choice: 'tpu'" in err
     _no_traceback(err)
 
 

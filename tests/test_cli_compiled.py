@@ -114,8 +114,8 @@ def test_run_float32_threads_and_bad_flags(capsys, tmp_path):
                           + arrays["d"][np.arange(3) + k][:, None] ** 3 for k in range(5)))
         np.testing.assert_allclose(data["f"], ref, rtol=1e-5)
     code, _, err = _run(capsys, "run", URBAN, "--inputs", str(tmp_path / "in.npz"), "--output", str(out),
-                        "--target", "cuda")
-    assert code == 1 and "invalid choice: 'cuda'" in err
+                        "--target", "opencl")
+    assert code == 1 and "invalid choice: 'opencl'" in err
     code, _, err = _run(capsys, "run", URBAN, "--inputs", str(tmp_path / "in.npz"), "--output", str(out),
                         "--threads", "0")
     assert code == 1 and err.strip() == "error: --threads must be a positive integer, got 0"

@@ -520,8 +520,8 @@ def test_bad_options():
     prog = _one_store(Const(1))
     with pytest.raises(TccError, match="element type"):
         lower_program(prog, "float16")
-    with pytest.raises(TccError, match="not implemented"):
-        lower_program(prog, target="cuda")
+    with pytest.raises(TccError, match="arch and ptx are options of target cuda, not of 'cpu'"):
+        lower_program(prog, arch="sm_80")
     with pytest.raises(TccError, match="unknown target"):
         lower_program(prog, target="tpu")
     with pytest.raises(TccError, match="loop program"):

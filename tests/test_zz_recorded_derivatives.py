@@ -46,3 +46,51 @@ def test_recorded_derivatives_compile_and_match():
             continue
         checked += 1
     assert checked >= 0.9 * len(programs), f"only {checked} of {len(programs)} recorded derivatives were checked"
+
+
+def _recorded_programs() -> list:
+    if len(RECORDED_DERIVATIVES) < 5:
+        _own_corpus()
+    programs = []
+    for program in RECORDED_DERIVATIVES.values():
+        try:
+            programs.append(tcc.transform(program, "infer-ranges"))
+        except TccError:
+            continue  # a test's deliberately broken intermediate
+    return programs
+
+
+def test_recorded_derivatives_give_ptx_that_ptxas_accepts():
+    """Every recorded derivative lowered for the GPU: PTX for sm_80, assembled for sm_80 and sm_90."""
+    from tcc.backends import ptx
+    from tcc.build import compile_pipeline
+    from tcc.pipeline import run_pipeline
+
+    if ptx.find_ptxas() is None:
+        pytest.skip("the CUDA toolkit's ptxas was not found (set CUDA_HOME); PTX is not assembled")
+    try:
+        ptx.find_libdevice()
+    except TccError as exc:
+        pytest.skip(exc.message)
+    programs = _recorded_programs()
+    pipeline = compile_pipeline(None, "float64", "cuda", "sm_80")
+    for program in programs:
+        text = str(run_pipeline(program, pipeline))
+        for arch in ("sm_80", "sm_90"):
+            ptx.ptxas(text, arch)
+    assert len(programs) >= 5
+
+
+def test_recorded_derivatives_run_in_the_gpu_simulator():
+    """A deterministic sample (every fourth) of the recorded derivatives through cuda-sim's grid kernels."""
+    programs = _recorded_programs()[::4]
+    checked = 0
+    for program in programs:
+        try:
+            assert_matches_interpreter(program, default_sizes(program.sizes()), target="cuda-sim")
+        except TccError as exc:
+            if "negative extent" not in exc.message:
+                raise
+            continue
+        checked += 1
+    assert checked >= 0.9 * len(programs)
