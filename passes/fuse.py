@@ -165,7 +165,7 @@ class _Fuser:
             names[b.var] = a.var
             depth += 1
         if self.full:
-            if not depth == len(s1) == len(s2):
+            if not 0 < depth == len(s1) == len(s2):
                 return None
             return self.try_depth(k1, k2, s1, s2, depth)
         for d in range(depth, 0, -1):

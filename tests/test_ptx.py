@@ -221,3 +221,11 @@ def test_cli_run_cuda_sim_matches_reference(tmp_path):
 def test_cli_check_with_the_simulator(capsys):
     assert main(["check", str(ROOT / "examples" / "urban.tcc"), "--of", "f", "--wrt", "a,d", "--target", "cuda-sim"]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+def test_full_fusion_leaves_loopless_kernels_alone():
+    # two scalar results: kernels without loops have no spine to fuse over
+    p = tcc.parse("input x[n]\noutput s, t\ns = sum[i](x[i])\nt = s * 2\n")
+    loops = run_pipeline(p, "infer-ranges,lower-loops,fuse{full=true}")
+    assert len(loops.kernels) == 2
+    assert_matches_interpreter(p, sizes={"n": 30}, target="cuda-sim")

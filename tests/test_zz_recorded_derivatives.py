@@ -94,3 +94,23 @@ def test_recorded_derivatives_run_in_the_gpu_simulator():
             continue
         checked += 1
     assert checked >= 0.9 * len(programs)
+
+
+@pytest.mark.gpu
+def test_recorded_derivatives_on_the_gpu_match_the_cpu():
+    """Every recorded derivative compiled for ``cuda`` against the CPU backend (skips without a GPU)."""
+    from test_cuda_gpu import REASON, assert_gpu_matches_cpu
+
+    if REASON is not None:
+        pytest.skip(REASON)
+    programs = _recorded_programs()
+    checked = 0
+    for program in programs:
+        try:
+            assert_gpu_matches_cpu(program, default_sizes(program.sizes()))
+        except TccError as exc:
+            if "negative extent" not in exc.message:
+                raise
+            continue
+        checked += 1
+    assert checked >= 0.9 * len(programs)
