@@ -31,8 +31,9 @@ DEFAULT_LOOP_PIPELINE = "infer-ranges,lower-loops,interchange,hoist,peel,reduce-
 # peel or interchange (they split or reorder loops inside a thread, where
 # coalescing across threads matters more than the order within one); fusion
 # only of whole nests, and every perfectly nested parallel loop marked, so
-# the grid gets one thread per output element (docs/cuda.md).
-DEFAULT_GPU_PIPELINE = "infer-ranges,lower-loops,hoist,fuse{full=true},reuse-buffers,parallel{depth=8}"
+# the grid gets one thread per output element; long reductions over few
+# outputs split into parallel partial sums (docs/cuda.md).
+DEFAULT_GPU_PIPELINE = "infer-ranges,lower-loops,hoist,fuse{full=true},reuse-buffers,parallel{depth=8},split-reduction"
 TARGETS = ("cpu", "cuda", "cuda-sim")
 DTYPES = ("float64", "float32")
 

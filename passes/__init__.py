@@ -42,4 +42,5 @@ BUILTIN_PASSES: dict[str, str] = {
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",
     "parallel": "tcc.passes.parallel:Parallel",
+    "split-reduction": "tcc.passes.split_reduction:SplitReduction",
 }
