@@ -12,7 +12,9 @@ is a :class:`TccError` saying what to install.
 PyTorch, CuPy and JAX use), retained once per process and made current in the
 calling thread, so device pointers from those libraries are valid in tcc's
 kernels and the other way round.  The device is ``TCC_CUDA_DEVICE`` (default
-0).
+0).  Where tcc pushed it onto PyCUDA's context stack, it pops it again when
+the thread ends, and for the main thread at exit: PyCUDA aborts the process
+when a thread or the process ends with a context left on its stack.
 
 **Arguments.**  Each array may be a NumPy array (copied to the device before
 the launches and, for results, back after them), a
@@ -40,6 +42,7 @@ cover the rest.  A kernel without a band runs on one thread.  Temporaries
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import threading
@@ -89,6 +92,39 @@ def launch_shape(band: tuple[For, ...], sizes: Mapping[str, int], block: int, ma
 
 _STATE: dict[str, Any] = {}
 _STATE_LOCK = threading.Lock()
+_PUSHED = threading.local()  # .guard: this thread's _PopOnExit, once tcc pushed the context here
+_ATEXIT: list[bool] = []
+
+
+class _PopOnExit:
+    """Pops the pushes of ``context`` that tcc made in one thread, when that thread ends.
+
+    It lives in a ``threading.local``, which dies in the ending thread before
+    PyCUDA's per-thread context stack is destroyed (and found not empty:
+    PyCUDA then aborts the process); the main thread's is released at exit.
+    Only a context on top of the stack is popped, never one the caller pushed.
+    """
+
+    def __init__(self, drv: Any, context: Any) -> None:
+        self.drv, self.context, self.pushes = drv, context, 0
+
+    def release(self) -> None:
+        while self.pushes:
+            self.pushes -= 1
+            try:
+                if self.drv.Context.get_current() == self.context:
+                    self.drv.Context.pop()
+            except Exception:  # noqa: BLE001 - at exit there is no one left to tell
+                pass
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _release_main_thread() -> None:
+    guard = getattr(_PUSHED, "guard", None)  # atexit runs in the main thread
+    if guard is not None:
+        guard.release()
 
 
 def require_pycuda():
@@ -113,9 +149,18 @@ def require_pycuda():
             sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
             _STATE.update(driver=drv, gpuarray=gpuarray, device=device, context=context, sms=sms)
         drv = _STATE["driver"]
+    context = _STATE["context"]
     current = drv.Context.get_current()
-    if current is None or current != _STATE["context"]:
-        _STATE["context"].push()
+    if current is None or current != context:
+        context.push()
+        guard = getattr(_PUSHED, "guard", None)
+        if guard is None or guard.context is not context:
+            guard = _PUSHED.guard = _PopOnExit(drv, context)
+        guard.pushes += 1
+        if threading.current_thread() is threading.main_thread() and not _ATEXIT:
+            # PyCUDA checks the main thread's stack after every atexit handler has run
+            _ATEXIT.append(True)
+            atexit.register(_release_main_thread)
     return drv
 
 
@@ -198,6 +243,15 @@ class DeviceArray:
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """A data-free, read-only stand-in of this shape and dtype (every element is one zero).
+
+        Size binding (:func:`tcc.sizes.bind_sizes`, shared with the CPU
+        runtime) reads each input's shape through ``np.asarray``; this gives
+        it the device array's shape without touching device memory.
+        """
+        return np.lib.stride_tricks.as_strided(np.zeros(1, self.dtype), self.shape, (0,) * self.ndim, writeable=False)
+
 
 def _library(obj: Any) -> str:
     return type(obj).__module__.split(".")[0]
@@ -216,7 +270,10 @@ def as_device_array(obj: Any) -> DeviceArray | None:
     dtype = np.dtype(cai["typestr"])
     ptr, readonly = cai["data"]
     strides = cai.get("strides")
-    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize) or 0 in shape
+    contiguous = strides is None or 0 in shape or (  # as NumPy and PyCUDA: axes of extent 1 may have any stride
+        len(strides) == len(shape)
+        and all(n == 1 or s == c for n, s, c in zip(shape, strides, _c_strides(shape, dtype.itemsize)))
+    )
     library = _library(obj)
     return DeviceArray(int(ptr or 0), shape, dtype, contiguous, bool(readonly), obj,
                        library if library in ("torch", "cupy") else "cai")
