@@ -9,12 +9,13 @@ PyCUDA is imported only here, and only when a program is compiled for
 is a :class:`TccError` saying what to install.
 
 **Context.**  tcc uses the device's *primary* context (what the CUDA runtime,
-PyTorch, CuPy and JAX use), retained once per process and made current in the
-calling thread, so device pointers from those libraries are valid in tcc's
-kernels and the other way round.  The device is ``TCC_CUDA_DEVICE`` (default
-0).  Where tcc pushed it onto PyCUDA's context stack, it pops it again when
-the thread ends, and for the main thread at exit: PyCUDA aborts the process
-when a thread or the process ends with a context left on its stack.
+PyTorch, CuPy and JAX use), retained once per process, so device pointers
+from those libraries are valid in tcc's kernels and the other way round.  The
+device is ``TCC_CUDA_DEVICE`` (default 0).  Loading and every call make it
+current for their duration only (:func:`active`): pushed and popped again,
+unless it is current already.  tcc so never leaves a context on PyCUDA's
+per-thread stack, which PyCUDA needs empty when a thread or the process ends
+(it aborts the process otherwise), and calls may come from any thread.
 
 **Arguments.**  Each array may be a NumPy array (copied to the device before
 the launches and, for results, back after them), a
@@ -42,12 +43,12 @@ cover the rest.  A kernel without a band runs on one thread.  Temporaries
 """
 from __future__ import annotations
 
-import atexit
+import contextlib
 import math
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -92,43 +93,8 @@ def launch_shape(band: tuple[For, ...], sizes: Mapping[str, int], block: int, ma
 
 _STATE: dict[str, Any] = {}
 _STATE_LOCK = threading.Lock()
-_PUSHED = threading.local()  # .guard: this thread's _PopOnExit, once tcc pushed the context here
-_ATEXIT: list[bool] = []
-
-
-class _PopOnExit:
-    """Pops the pushes of ``context`` that tcc made in one thread, when that thread ends.
-
-    It lives in a ``threading.local``, which dies in the ending thread before
-    PyCUDA's per-thread context stack is destroyed (and found not empty:
-    PyCUDA then aborts the process); the main thread's is released at exit.
-    Only a context on top of the stack is popped, never one the caller pushed.
-    """
-
-    def __init__(self, drv: Any, context: Any) -> None:
-        self.drv, self.context, self.pushes = drv, context, 0
-
-    def release(self) -> None:
-        while self.pushes:
-            self.pushes -= 1
-            try:
-                if self.drv.Context.get_current() == self.context:
-                    self.drv.Context.pop()
-            except Exception:  # noqa: BLE001 - at exit there is no one left to tell
-                pass
-
-    def __del__(self) -> None:
-        self.release()
-
-
-def _release_main_thread() -> None:
-    guard = getattr(_PUSHED, "guard", None)  # atexit runs in the main thread
-    if guard is not None:
-        guard.release()
-
-
 def require_pycuda():
-    """``pycuda.driver`` with the primary context of the chosen device current in this thread."""
+    """``pycuda.driver``, initialised, with the chosen device's primary context retained (not pushed)."""
     with _STATE_LOCK:
         if "driver" not in _STATE:
             try:
@@ -149,19 +115,30 @@ def require_pycuda():
             sms = device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
             _STATE.update(driver=drv, gpuarray=gpuarray, device=device, context=context, sms=sms)
         drv = _STATE["driver"]
+    return drv
+
+
+@contextlib.contextmanager
+def active() -> Iterator[Any]:
+    """``pycuda.driver`` with the primary context current in this thread for the ``with`` block.
+
+    Pushed on entry and popped on exit unless it is current already (the
+    caller's ``pycuda.autoprimaryctx``, or PyTorch having made it current):
+    tcc never leaves a context on PyCUDA's per-thread stack, which PyCUDA
+    requires to be empty when a thread or the process ends (it aborts the
+    process otherwise).  A push and a pop cost about a microsecond each.
+    """
+    drv = require_pycuda()
     context = _STATE["context"]
     current = drv.Context.get_current()
-    if current is None or current != context:
-        context.push()
-        guard = getattr(_PUSHED, "guard", None)
-        if guard is None or guard.context is not context:
-            guard = _PUSHED.guard = _PopOnExit(drv, context)
-        guard.pushes += 1
-        if threading.current_thread() is threading.main_thread() and not _ATEXIT:
-            # PyCUDA checks the main thread's stack after every atexit handler has run
-            _ATEXIT.append(True)
-            atexit.register(_release_main_thread)
-    return drv
+    if current is not None and current == context:
+        yield drv
+        return
+    context.push()
+    try:
+        yield drv
+    finally:
+        drv.Context.pop()
 
 
 # ---------------------------------------------------------------------------
@@ -198,19 +175,19 @@ class CudaExecutable:
 
 
 def load(ptx: PTXModule) -> CudaExecutable:
-    """Load PTX into the current context (the driver JIT-compiles it for the GPU)."""
-    drv = require_pycuda()
-    try:
-        module = drv.module_from_buffer(ptx.text.encode())
-    except Exception as exc:  # noqa: BLE001 - the driver's JIT refusing our PTX is a compiler bug
-        raise RuntimeError(f"the CUDA driver rejected tcc's PTX for {ptx.arch} (a compiler bug, or a GPU older than {ptx.arch}): {exc}") from None
-    program = ptx.program
-    arg_types = "P" * len(program.buffers) + "q" * len(program.sizes)
-    kernels = []
-    for kernel, symbol in zip(program.kernels, ptx.kernel_symbols):
-        fn = module.get_function(symbol)
-        fn.prepare(arg_types)
-        kernels.append(CudaKernel(kernel.name, symbol, fn, grid_band(kernel)))
+    """Load PTX into the primary context (the driver JIT-compiles it for the GPU)."""
+    with active() as drv:
+        try:
+            module = drv.module_from_buffer(ptx.text.encode())
+        except Exception as exc:  # noqa: BLE001 - the driver's JIT refusing our PTX is a compiler bug
+            raise RuntimeError(f"the CUDA driver rejected tcc's PTX for {ptx.arch} (a compiler bug, or a GPU older than {ptx.arch}): {exc}") from None
+        program = ptx.program
+        arg_types = "P" * len(program.buffers) + "q" * len(program.sizes)
+        kernels = []
+        for kernel, symbol in zip(program.kernels, ptx.kernel_symbols):
+            fn = module.get_function(symbol)
+            fn.prepare(arg_types)
+            kernels.append(CudaKernel(kernel.name, symbol, fn, grid_band(kernel)))
     return CudaExecutable(tuple(kernels), ptx, module, BLOCKS_PER_SM * _STATE["sms"])
 
 
@@ -367,7 +344,11 @@ class CudaProgram(CompiledProgram):
 
     # -- calling -----------------------------------------------------------
     def __call__(self, **arrays: Any) -> dict[str, Any]:
-        drv = require_pycuda()
+        with active():
+            return self._call(arrays)
+
+    def _call(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
+        drv = _STATE["driver"]
         gpuarray = _STATE["gpuarray"]
         sizes, buffers = self.bind(arrays)
         first_device = next((b for n, b in buffers.items() if isinstance(b, DeviceArray) and n in arrays), None)
