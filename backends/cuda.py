@@ -107,7 +107,11 @@ def require_pycuda():
                 count = drv.Device.count()
             except Exception as exc:  # noqa: BLE001 - pycuda.driver.Error and friends
                 raise TccError(f"{_INSTALL} (the CUDA driver did not start: {exc})") from None
-            ordinal = int(os.environ.get("TCC_CUDA_DEVICE", "0"))
+            text = os.environ.get("TCC_CUDA_DEVICE", "0")
+            try:
+                ordinal = int(text)
+            except ValueError:
+                raise TccError(f"TCC_CUDA_DEVICE must be a device number, not '{text}'") from None
             if not 0 <= ordinal < count:
                 raise TccError(f"no CUDA device {ordinal}: this machine has {count} (TCC_CUDA_DEVICE chooses one)")
             device = drv.Device(ordinal)
@@ -211,6 +215,7 @@ class DeviceArray:
     readonly: bool
     owner: Any
     kind: str
+    stream: int | None = None  # the producer's stream (CAI v3): work on it may still be writing the data
 
     @property
     def ndim(self) -> int:
@@ -234,13 +239,16 @@ def _library(obj: Any) -> str:
     return type(obj).__module__.split(".")[0]
 
 
-def as_device_array(obj: Any) -> DeviceArray | None:
+def as_device_array(obj: Any, name: str = "") -> DeviceArray | None:
     """The device view of a GPUArray or a ``__cuda_array_interface__`` object; None for anything else."""
     gpuarray = _STATE.get("gpuarray")
     if gpuarray is not None and isinstance(obj, gpuarray.GPUArray):
         return DeviceArray(int(obj.gpudata) if obj.size else 0, tuple(obj.shape), np.dtype(obj.dtype),
                            bool(obj.flags.c_contiguous), False, obj, "gpuarray")
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception as exc:  # noqa: BLE001 - e.g. a torch tensor that requires grad refuses to export
+        raise CallError(f"'{name}' cannot be read through __cuda_array_interface__: {exc}") from None
     if cai is None:
         return None
     shape = tuple(int(s) for s in cai["shape"])
@@ -252,8 +260,9 @@ def as_device_array(obj: Any) -> DeviceArray | None:
         and all(n == 1 or s == c for n, s, c in zip(shape, strides, _c_strides(shape, dtype.itemsize)))
     )
     library = _library(obj)
+    stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
     return DeviceArray(int(ptr or 0), shape, dtype, contiguous, bool(readonly), obj,
-                       library if library in ("torch", "cupy") else "cai")
+                       library if library in ("torch", "cupy") else "cai", stream)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -300,7 +309,7 @@ class CudaProgram(CompiledProgram):
 
     # -- argument checking (device arrays as well as NumPy) ----------------
     def _check_input(self, name: str, value: Any, decl: Any) -> Any:
-        dev = as_device_array(value)
+        dev = as_device_array(value, name)
         if dev is None:
             if isinstance(value, np.ndarray) or isinstance(value, (int, float, np.number)):
                 return super()._check_input(name, value, decl)
@@ -318,8 +327,13 @@ class CudaProgram(CompiledProgram):
         return dev
 
     def _check_output(self, name: str, value: Any, shape: tuple[int, ...]) -> Any:
-        dev = as_device_array(value)
+        dev = as_device_array(value, name)
         if dev is None:
+            if not isinstance(value, np.ndarray):
+                raise CallError(
+                    f"output '{name}' must be a NumPy array, a pycuda GPUArray or an object with "
+                    f"__cuda_array_interface__, got {type(value).__name__}"
+                )
             return super()._check_output(name, value, shape)
         if dev.dtype != self.dtype:
             raise CallError(f"output '{name}' has dtype {dev.dtype}, expected {self.dtype}")
@@ -376,6 +390,10 @@ class CudaProgram(CompiledProgram):
             else:
                 buffers[b.name] = (value, dev)
         args = [pointers[b.name] for b in self.loops.buffers] + [sizes[s] for s in self.loops.sizes]
+        # The legacy default stream waits for blocking streams, not for a producer's non-blocking
+        # one (CAI v3 names it; 1 and 2 are the default streams): wait for all work then.
+        if any(isinstance(v, DeviceArray) and v.stream not in (None, 1, 2) for v in buffers.values()):
+            drv.Context.synchronize()
         for k in self.executable.kernels:
             blocks, block = launch_shape(k.band, sizes, BLOCK, self.executable.max_blocks)
             if blocks:

@@ -558,3 +558,64 @@ def test_the_fake_refuses_bad_launches(fake):
     fake.driver.Context.synchronize()
     assert fake.violations[1] == "tcc_0_y ran after buffer 'y' was freed"
     fake.violations.clear()
+
+
+# ---------------------------------------------------------------------------
+# Arguments other libraries refuse to export, producers' streams, bad settings
+# ---------------------------------------------------------------------------
+
+
+class _RequiresGrad:
+    """Like a torch tensor with requires_grad=True: its interface refuses to export."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. Use var.detach()")
+
+
+def test_an_array_that_refuses_to_export_is_a_call_error(fake):
+    f = fake.compile(SCALE)
+    with pytest.raises(CallError) as info:
+        f(x=_RequiresGrad())
+    assert info.value.message == (
+        "'x' cannot be read through __cuda_array_interface__: Can't get __cuda_array_interface__ on "
+        "Variable that requires grad. Use var.detach()"
+    )
+
+
+def test_an_output_of_another_kind_names_every_accepted_kind(fake):
+    f = fake.compile(SCALE)
+    with pytest.raises(CallError) as info:
+        f(x=np.ones(2), y=[0.0, 0.0])
+    assert info.value.message == (
+        "output 'y' must be a NumPy array, a pycuda GPUArray or an object with __cuda_array_interface__, got list"
+    )
+
+
+class _OnStream(CAIArray):
+    """An array whose producer wrote it on a non-blocking stream (CAI v3 ``stream``)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {**super().__cuda_array_interface__, "stream": 0x7F00}
+
+
+def test_a_producers_stream_is_waited_for(fake, monkeypatch):
+    f = fake.compile(SCALE)
+    syncs = []
+    real = fake.driver.Context.synchronize
+    monkeypatch.setattr(fake.driver.Context, "synchronize", staticmethod(lambda: (syncs.append(1), real())[1]))
+    x = _OnStream(fake, np.arange(3.0))
+    assert host(f(x=x)["y"]).tolist() == [0.0, 2.0, 4.0]
+    assert len(syncs) == 2  # before the launches (the producer's stream) and at the end
+    syncs.clear()
+    f(x=CAIArray(fake, np.arange(3.0)))  # stream None: only the final synchronisation
+    assert len(syncs) == 1
+
+
+def test_a_device_number_that_is_not_a_number(monkeypatch):
+    fake = FakeCUDA().install(monkeypatch)
+    monkeypatch.setenv("TCC_CUDA_DEVICE", "first")
+    with pytest.raises(tcc.TccError) as info:
+        fake.compile(SCALE)
+    assert info.value.message == "TCC_CUDA_DEVICE must be a device number, not 'first'"
