@@ -26,13 +26,15 @@ results come back as torch tensors, allocated by torch's caching allocator),
 jax.jit gets ``jax.device_put`` arrays, torch its own tensors.  Everything is
 float64 unless a row says float32 (JAX with ``jax_enable_x64``).
 
-Timing reuses ``harness.py`` (first call and a warm-up excluded, candidates
-round-robin, medians of wall time); on the GPU a call's wall time is only
-meaningful once the device has finished, so every candidate synchronises
-before it returns: tcc's call synchronises the context itself (see
-``backends/cuda.py``), jax.jit results are waited for with
-``block_until_ready``, torch calls end with ``torch.cuda.synchronize()``, the
-scatter kernel with a context synchronisation.  Every peer's results are
+The problems of ``urban`` and ``conv2d`` and their three rows come from
+``problems.py``, shared with ``run.py``.  Timing reuses ``harness.py`` (first
+call and a warm-up excluded, candidates round-robin, medians of wall time);
+on the GPU a call's wall time is only meaningful once the device has
+finished, so every candidate synchronises before it returns: tcc's call
+synchronises the context itself (see ``backends/cuda.py``), jax.jit results
+are waited for with ``block_until_ready``, torch calls end with
+``torch.cuda.synchronize()``, the scatter kernel with a context
+synchronisation.  Every peer's results are
 compared with tcc's before it is timed (norm-wise relative error <= 1e-9 in
 float64, 1e-5 in float32), as in ``run.py``.  In addition each tcc kernel is
 timed alone with CUDA events (device time, no launch overhead).
@@ -71,7 +73,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import harness as H  # noqa: E402
-from run import git_state, jax_ready, residual_program  # noqa: E402
+import problems as P  # noqa: E402
+from problems import BO, FB, Peers, grad_case, jax_ready, unavailable  # noqa: E402
 
 CASES = ("urban", "conv2d", "gather-vs-scatter")
 FRAMEWORKS = ("tcc", "scatter", "jax.jit", "torch", "torch.compile")
@@ -80,7 +83,6 @@ BEGIN, END = "<!-- gpu-results:begin (benchmarks/gpu.py --write) -->", "<!-- gpu
 SCATTER_SRC = HERE / "scatter_kernels.cu"
 SCATTER_BLOCK = 256          # threads per block of the scatter kernel
 CHECK_ARCH = "sm_80"         # what --check-scatter-ptx compiles for (float64 atomicAdd needs sm_60+)
-FB, BO = "gradients, forward+backward", "gradients, backward only"
 # Problem sizes per case and mode.  Full: big enough that tcc's GPU kernels take a millisecond or more
 # (a kernel of a few microseconds measures launch overhead, not code); sim: a CPU simulation runs each GPU
 # thread one after another, so tiny.
@@ -377,29 +379,6 @@ def load_scatter(device: Device) -> Scatter:
 # --------------------------------------------------------------------------
 # peers
 # --------------------------------------------------------------------------
-@dataclass
-class Peers:
-    jax: Any = None
-    jnp: Any = None
-    lax: Any = None
-    jax_device: Any = None
-    jax_status: str = "ok"
-    torch: Any = None
-    torch_device: Any = None
-    torch_status: str = "ok"
-    versions: dict[str, str] = field(default_factory=dict)
-
-    def torch_sync(self) -> None:
-        if self.torch is not None and self.torch_device.type == "cuda":
-            self.torch.cuda.synchronize(self.torch_device)
-
-    def jax_put(self, value: np.ndarray) -> Any:
-        return self.jax.device_put(value, self.jax_device)
-
-    def torch_put(self, value: np.ndarray) -> Any:
-        return self.torch.from_numpy(np.ascontiguousarray(value)).to(self.torch_device)
-
-
 def load_peers(device: Device) -> Peers:
     """jax and torch on the benchmark's GPU (on the CPU in the simulation); missing or failed ones say why.
 
@@ -408,13 +387,9 @@ def load_peers(device: Device) -> Peers:
     """
     peers = Peers()
     peers.versions["numpy"] = np.__version__
-    try:
-        import jax
 
-        jax.config.update("jax_enable_x64", True)
-        import jax.numpy as jnp
-        from jax import lax
-
+    def setup_jax() -> None:
+        jax, jnp, lax = P.import_jax()
         if device.sim:
             peers.jax_device = jax.devices("cpu")[0]
         else:
@@ -426,21 +401,9 @@ def load_peers(device: Device) -> Peers:
         peers.jax, peers.jnp, peers.lax = jax, jnp, lax
         kind = getattr(peers.jax_device, "device_kind", peers.jax_device.platform)
         peers.versions["jax"] = f"{jax.__version__} ({peers.jax_device.platform}: {kind})"
-    except ImportError as exc:
-        peers.jax_status = "missing"
-        peers.versions["jax"] = f"missing ({exc.name or exc})"
-    except LookupError as exc:
-        peers.jax_status = "missing (no CUDA backend)"
-        peers.versions["jax"] = f"missing ({exc})"
-    except Exception as exc:  # noqa: BLE001
-        peers.jax_status = f"failed: {H.short_reason(exc)}"
-        peers.versions["jax"] = peers.jax_status
-    try:
-        import warnings
 
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
-        import torch
-
+    def setup_torch() -> None:
+        torch = P.import_torch()
         if device.sim:
             peers.torch_device = torch.device("cpu")
         else:
@@ -450,15 +413,9 @@ def load_peers(device: Device) -> Peers:
         peers.torch = torch
         peers.versions["torch"] = (f"{torch.__version__} (CUDA {torch.version.cuda})" if not device.sim
                                    else f"{torch.__version__} (CPU)")
-    except ImportError as exc:
-        peers.torch_status = "missing"
-        peers.versions["torch"] = f"missing ({exc.name or exc})"
-    except LookupError as exc:
-        peers.torch_status = "missing (no CUDA)"
-        peers.versions["torch"] = f"missing ({exc})"
-    except Exception as exc:  # noqa: BLE001
-        peers.torch_status = f"failed: {H.short_reason(exc)}"
-        peers.versions["torch"] = peers.torch_status
+
+    P.import_peer(peers, "jax", setup_jax, absent="missing (no CUDA backend)")
+    P.import_peer(peers, "torch", setup_torch, absent="missing (no CUDA)")
     return peers
 
 
@@ -466,7 +423,7 @@ def load_peers(device: Device) -> Peers:
 # run context
 # --------------------------------------------------------------------------
 @dataclass
-class Ctx:
+class Ctx(P.RunContext):
     quick: bool
     device: Device
     peers: Peers
@@ -486,6 +443,8 @@ class Ctx:
     failures: list[tuple[str, str]] = field(default_factory=list)                # (case, why it stopped)
     loaded_scatter: Scatter | None = None
 
+    breakdown_backward_only = True
+
     @property
     def sim(self) -> bool:
         return self.device.sim
@@ -493,16 +452,15 @@ class Ctx:
     def sizes(self, case: str) -> tuple[int, ...]:
         return SIZES[case]["sim" if self.sim else "quick" if self.quick else "full"]
 
-    def log(self, msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+    # the device hooks of problems.grad_case: every array on the device, results copied back when looked at
+    def put(self, value: np.ndarray) -> Any:
+        return self.device.put(value)
 
-    def row(self, case: str, what: str, candidates: list[H.Candidate], reference: Any, tol: float = 1e-9,
-            note: str = "") -> H.Row:
-        row = H.Row(case, what, note=note)
-        H.run_row(row, candidates, reference, repeat=self.repeat, budget_s=self.budget_s, tol=tol,
-                  min_time_s=self.min_time_s, quiet_below=self.quiet_below, primer=self.primer, log=self.log)
-        self.rows.append(row)
-        return row
+    def wrap(self, results: Mapping[str, Any]) -> OnHost:
+        return OnHost(results)
+
+    def fetch(self, results: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return on_host(results)
 
     def tcc_compile(self, name: str, program: Any, dtype: str = "float64") -> Any:
         import tcc
@@ -537,10 +495,6 @@ class Ctx:
             self.loaded_scatter = load_scatter(self.device)
             self.log(f"  scatter kernel: {self.loaded_scatter.how or self.loaded_scatter.status}")
         return self.loaded_scatter
-
-
-def unavailable(framework: str, status: str) -> H.Candidate:
-    return H.Candidate(framework, None, status=status)
 
 
 # --------------------------------------------------------------------------
@@ -624,239 +578,14 @@ def event_seconds(device: Device, launch: Callable[[], None], repeat: int) -> fl
 
 
 # --------------------------------------------------------------------------
-# cases 1-2: a function and its gradients
+# cases 1-2: a function and its gradients (problems.py)
 # --------------------------------------------------------------------------
-@dataclass
-class GradCase:
-    case: str
-    src: str                                  # the tcc forward program
-    of: str
-    inputs: dict[str, np.ndarray]             # all of them are differentiated, in this order
-    seed: np.ndarray                          # d<of>
-    f_jax: Callable[..., Any] | None
-    f_torch: Callable[..., Any] | None
-    torch_compile: bool = False
-
-
-def grad_case(ctx: Ctx, gc: GradCase) -> None:
-    """Three rows, as in ``run.py``: forward, forward+backward, backward only; all arrays on the device."""
-    import tcc
-
-    device, peers = ctx.device, ctx.peers
-    names = list(gc.inputs)
-    dnames = ["d" + n for n in names]
-    arrays = gc.inputs
-    seed_name = "d" + gc.of
-    ctx.log(f"[{gc.case}] shapes " + ", ".join(f"{k}{list(v.shape)}" for k, v in arrays.items()))
-
-    program = tcc.parse(gc.src, f"<{gc.case}>")
-    fwd = ctx.tcc_compile(f"{gc.case}: forward", program)
-    grad_program = tcc.grad(program, of=gc.of, wrt=names)
-    grad = ctx.tcc_compile(f"{gc.case}: gradients", grad_program)
-    recomputes = gc.of in grad.results                # the gradient program computes the forward value itself
-
-    dev = {k: device.put(v) for k, v in arrays.items()}
-    dseed = device.put(gc.seed)
-    ref_f = on_host(fwd(**dev))
-    ref_grad = on_host(grad(**dev, **{seed_name: dseed}))
-    ref_all = {gc.of: ref_f[gc.of], **{d: ref_grad[d] for d in dnames}}
-    ctx.cpu_check(f"{gc.case}: forward", program, arrays, {gc.of: ref_f[gc.of]})
-    ctx.cpu_check(f"{gc.case}: gradients", grad_program, {**arrays, seed_name: gc.seed},
-                  {d: ref_grad[d] for d in dnames})
-
-    # -- forward --------------------------------------------------------
-    cands = [H.Candidate("tcc", lambda: OnHost(fwd(**dev)), check=False)]
-    tj = tt = None
-    if peers.jax is not None and gc.f_jax is not None:
-        jargs = [peers.jax_put(v) for v in arrays.values()]
-        jseed = peers.jax_put(gc.seed)
-        jf = peers.jax.jit(gc.f_jax)
-        cands.append(H.Candidate("jax.jit", lambda: {gc.of: jax_ready(jf(*jargs))}))
-        tj = (jargs, jseed)
-    else:
-        cands.append(unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
-    if peers.torch is not None and gc.f_torch is not None:
-        torch = peers.torch
-        targs = [peers.torch_put(v) for v in arrays.values()]
-        tleaves = [peers.torch_put(v).requires_grad_() for v in arrays.values()]
-        tseed = peers.torch_put(gc.seed)
-
-        def torch_fwd(f: Callable[..., Any]) -> Callable[[], dict]:
-            def run() -> dict:
-                with torch.no_grad():
-                    y = f(*targs)
-                peers.torch_sync()
-                return {gc.of: y}
-            return run
-
-        cands.append(H.Candidate("torch", torch_fwd(gc.f_torch)))
-        tt = (tleaves, tseed)
-        if gc.torch_compile:
-            try:
-                cands.append(H.Candidate("torch.compile", torch_fwd(torch.compile(gc.f_torch))))
-            except Exception as exc:  # noqa: BLE001
-                cands.append(unavailable("torch.compile", f"failed: {H.short_reason(exc)}"))
-    else:
-        cands.append(unavailable("torch", peers.torch_status if peers.torch is None else "n/a"))
-        if gc.torch_compile:
-            cands.append(unavailable("torch.compile", peers.torch_status if peers.torch is None else "n/a"))
-    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]})
-
-    # -- forward + backward ---------------------------------------------
-    if recomputes:
-        def tcc_fb() -> OnHost:
-            return OnHost(grad(**dev, **{seed_name: dseed}))
-    else:
-        def tcc_fb() -> OnHost:
-            out = dict(fwd(**dev))
-            out.update(grad(**dev, **{seed_name: dseed}))
-            return OnHost(out)
-    cands = [H.Candidate("tcc", tcc_fb, check=False)]
-    jbwd = None
-    if tj is not None:
-        jax = peers.jax
-        jargs, jseed = tj
-
-        def vjp_all(*args: Any) -> dict:
-            *xs, g = args
-            y, pullback = jax.vjp(gc.f_jax, *xs)
-            return {gc.of: y, **dict(zip(dnames, pullback(g)))}
-
-        jfb = jax.jit(vjp_all)
-        cands.append(H.Candidate("jax.jit", lambda: jax_ready(jfb(*jargs, jseed))))
-        # backward only: the pullback of a jitted forward, itself jitted; its residuals are arguments
-        try:
-            _, pullback = jax.vjp(jax.jit(gc.f_jax), *jargs)
-            jpb = jax.jit(lambda pb, g: pb(g))
-            jbwd = H.Candidate("jax.jit", lambda: dict(zip(dnames, jax_ready(jpb(pullback, jseed)))))
-        except Exception as exc:  # noqa: BLE001
-            jbwd = unavailable("jax.jit", f"failed: {H.short_reason(exc)}")
-    else:
-        cands.append(unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
-    tbwd = []
-    if tt is not None:
-        torch = peers.torch
-        tleaves, tseed = tt
-
-        def autograd_fb(f: Callable[..., Any]) -> Callable[[], dict]:
-            def run() -> dict:
-                y = f(*tleaves)
-                gs = torch.autograd.grad(y, tleaves, tseed)
-                peers.torch_sync()
-                return {gc.of: y, **dict(zip(dnames, gs))}
-            return run
-
-        def autograd_bwd(f: Callable[..., Any]) -> Callable[[], dict]:
-            kept: dict[str, Any] = {}
-
-            def run() -> dict:
-                if "y" not in kept:                 # the forward (graph and residuals) once, on the first call
-                    kept["y"] = f(*tleaves)
-                gs = torch.autograd.grad(kept["y"], tleaves, tseed, retain_graph=True)
-                peers.torch_sync()
-                return dict(zip(dnames, gs))
-            return run
-
-        cands.append(H.Candidate("torch", autograd_fb(gc.f_torch)))
-        tbwd.append(H.Candidate("torch", autograd_bwd(gc.f_torch)))
-        if gc.torch_compile:
-            try:
-                cf = torch.compile(gc.f_torch)
-                cands.append(H.Candidate("torch.compile", autograd_fb(cf)))
-                tbwd.append(H.Candidate("torch.compile", autograd_bwd(cf)))
-            except Exception as exc:  # noqa: BLE001
-                cands.append(unavailable("torch.compile", f"failed: {H.short_reason(exc)}"))
-    else:
-        st = peers.torch_status if peers.torch is None else "n/a"
-        cands.append(unavailable("torch", st))
-        tbwd.append(unavailable("torch", st))
-        if gc.torch_compile:
-            cands.append(unavailable("torch.compile", st))
-            tbwd.append(unavailable("torch.compile", st))
-    ctx.row(gc.case, FB, cands, ref_all,
-            note="tcc: the gradient program, which recomputes " + gc.of if recomputes
-            else "tcc: forward program + gradient program")
-
-    # -- backward only --------------------------------------------------
-    if recomputes:
-        bwd_text = residual_program(str(grad_program), [gc.of])
-        bwd = ctx.tcc_compile(f"{gc.case}: backward only", bwd_text)
-        given = {**dev, seed_name: dseed, gc.of: device.put(ref_f[gc.of])}
-        tcc_b = lambda: OnHost(bwd(**given))  # noqa: E731
-        note = f"tcc: the gradient program with {gc.of} as an input"
-    else:
-        tcc_b = lambda: OnHost(grad(**dev, **{seed_name: dseed}))  # noqa: E731
-        note = "tcc: the gradient program (it does not need " + gc.of + ")"
-    cands = [H.Candidate("tcc", tcc_b, check=False)]
-    cands.append(jbwd if jbwd is not None else unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
-    cands += tbwd
-    ctx.row(gc.case, BO, cands, {d: ref_grad[d] for d in dnames}, note=note)
-
-    ctx.breakdown(f"{gc.case}: forward", fwd, dev)
-    ctx.breakdown(f"{gc.case}: gradients", grad, {**dev, seed_name: dseed})
-    if recomputes:
-        ctx.breakdown(f"{gc.case}: backward only", bwd, given)
-
-
 def case_urban(ctx: Ctx) -> None:
-    I, J, K = ctx.sizes("urban")
-    rng = np.random.default_rng(1)
-    inputs = {
-        "a": rng.uniform(0, 0.25, (I, K)),
-        "b": rng.uniform(0, 0.25, (J, K)),
-        "c": rng.uniform(0, 1, (I, I)),
-        "d": rng.uniform(0, 0.5, (I + K - 1,)),
-    }
-    src = (
-        f"input a[{I}, {K}], b[{J}, {K}], c[{I}, {I}], d[{I + K - 1}]\n"
-        f"output f[{I}, {J}]\n"
-        "f[i, j] = exp(-sum[k]((a[i, k] + b[j, k])**2 * c[i, i] + d[i + k]**3))\n"
-    )
-    f_jax = f_torch = None
-    if ctx.peers.jax is not None:
-        jnp = ctx.peers.jnp
-
-        def f_jax(a, b, c, d):
-            n, k = a.shape
-            s = jnp.sum((a[:, None, :] + b[None, :, :]) ** 2 * jnp.diagonal(c)[:, None, None], axis=-1)
-            window = d[jnp.arange(n)[:, None] + jnp.arange(k)[None, :]]
-            return jnp.exp(-(s + jnp.sum(window ** 3, axis=-1)[:, None]))
-
-    if ctx.peers.torch is not None:
-        torch = ctx.peers.torch
-
-        def f_torch(a, b, c, d):
-            k = a.shape[1]
-            s = ((a[:, None, :] + b[None, :, :]) ** 2 * torch.diagonal(c)[:, None, None]).sum(-1)
-            return torch.exp(-(s + (d.unfold(0, k, 1) ** 3).sum(-1)[:, None]))
-
-    grad_case(ctx, GradCase("urban", src, "f", inputs, rng.uniform(0, 1, (I, J)), f_jax, f_torch,
-                            torch_compile=ctx.torch_compile))
+    grad_case(ctx, P.urban(*ctx.sizes("urban"), ctx.peers, torch_compile=ctx.torch_compile))
 
 
 def case_conv2d(ctx: Ctx) -> None:
-    B, C, O, S, R = ctx.sizes("conv2d")
-    So = (S - R) // 2 + 1
-    rng = np.random.default_rng(3)
-    inputs = {"x": rng.standard_normal((B, C, S, S)), "w": rng.standard_normal((O, C, R, R))}
-    src = (
-        f"input x[{B}, {C}, {S}, {S}], w[{O}, {C}, {R}, {R}]\n"
-        "y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])\n"
-    )
-    f_jax = f_torch = None
-    if ctx.peers.jax is not None:
-        lax = ctx.peers.lax
-
-        def f_jax(x, w):
-            return lax.conv_general_dilated(x, w, (2, 2), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
-
-    if ctx.peers.torch is not None:
-        F = ctx.peers.torch.nn.functional
-
-        def f_torch(x, w):
-            return F.conv2d(x, w, stride=2)
-
-    grad_case(ctx, GradCase("conv2d", src, "y", inputs, rng.standard_normal((B, O, So, So)), f_jax, f_torch))
+    grad_case(ctx, P.conv2d(*ctx.sizes("conv2d"), ctx.peers))
 
 
 # --------------------------------------------------------------------------
@@ -875,10 +604,10 @@ def case_gather_scatter(ctx: Ctx) -> None:
     n, K = ctx.sizes("gather-vs-scatter")
     m = n - K + 1
     ctx.log(f"[gather-vs-scatter] x[{n}], w[{K}], dy[{m}]")
-    src = f"input x[{n}], w[{K}]\ny[i] = sum[k](x[i + k] * w[k])\n"
-    program = tcc.parse(src, "<correlation>")
+    program = tcc.parse(P.correlation_src(n, K), "<correlation>")
     grad_program = tcc.grad(program, of="y", wrt=["x"])
     scatter = ctx.scatter()
+    f_jax, f_torch = P.correlation_peers(peers)
     for dtype in ("float64", "float32"):
         tol = 1e-9 if dtype == "float64" else 1e-5
         rng = np.random.default_rng(5)
@@ -925,11 +654,11 @@ def case_gather_scatter(ctx: Ctx) -> None:
             cands.append(H.Candidate("scatter", scatter_call))
 
         if peers.jax is not None:
-            jax, jnp = peers.jax, peers.jnp
+            jax = peers.jax
             jx, jw, jdy = peers.jax_put(x), peers.jax_put(w), peers.jax_put(dy)
 
             def dx_jax(x, w, g):
-                return jax.vjp(lambda v: jnp.correlate(v, w, mode="valid"), x)[1](g)[0]
+                return jax.vjp(lambda v: f_jax(v, w), x)[1](g)[0]
 
             jfn = jax.jit(dx_jax)
             cands.append(H.Candidate("jax.jit", lambda: {"dx": jax_ready(jfn(jx, jw, jdy))}))
@@ -937,14 +666,13 @@ def case_gather_scatter(ctx: Ctx) -> None:
             cands.append(unavailable("jax.jit", peers.jax_status))
         if peers.torch is not None:
             torch = peers.torch
-            F = torch.nn.functional
             tx = peers.torch_put(x).requires_grad_()
             tw, tdy = peers.torch_put(w), peers.torch_put(dy)
             kept: dict[str, Any] = {}
 
             def torch_dx() -> dict:
                 if "y" not in kept:                     # the graph once; backward only afterwards
-                    kept["y"] = F.conv1d(tx.view(1, 1, -1), tw.view(1, 1, -1)).view(-1)
+                    kept["y"] = f_torch(tx, tw)
                 (gx,) = torch.autograd.grad(kept["y"], (tx,), tdy, retain_graph=True)
                 peers.torch_sync()
                 return {"dx": gx}
@@ -1041,7 +769,7 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
     kind = {"torch": "PyTorch CUDA tensors (results come back as torch tensors)",
             "gpuarray": "PyCUDA GPUArrays (results come back as GPUArrays)",
             "numpy": "NumPy arrays (simulation)"}[device.arrays]
-    out.append(f"- tcc: {git_state()}; target `{device.target}`, pipeline `{DEFAULT_GPU_PIPELINE}`; "
+    out.append(f"- tcc: {H.git_state()}; target `{device.target}`, pipeline `{DEFAULT_GPU_PIPELINE}`; "
                f"arguments: {kind}, all on the device before timing")
     scatter = ctx.loaded_scatter
     if scatter is not None:
@@ -1085,10 +813,7 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
         out.append("")
         out.append(H.first_call_table(ctx.rows, [fw for fw in FRAMEWORKS if fw != "tcc"]))
         out.append("")
-        out.append("| tcc program | tcc.compile ms |")
-        out.append("|---|---:|")
-        for name, s in ctx.compile_times:
-            out.append(f"| {name} | {s * 1e3:.0f} |")
+        out += H.compile_time_table(ctx.compile_times)
         out.append("")
     if ctx.breakdowns:
         how = "CPU ms of the simulated grid" if ctx.sim else "device ms from CUDA events around each launch"
@@ -1106,20 +831,13 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="tcc on an NVIDIA GPU against jax.jit and PyTorch (see the module docstring).")
-    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="at least this many timed calls per framework and row (default 10, --quick 3)")
-    ap.add_argument("--min-time", type=float, default=None, metavar="S",
-                    help="seconds of calls per framework and row, at least (default 1, --quick 0.1)")
-    ap.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="seconds of calls per framework and row after which a slow one stops at 3 samples "
-                         "(default 10, --quick 1)")
-    ap.add_argument("--quiet-below", type=float, default=1.0, metavar="CORES",
-                    help="set aside samples taken while other processes kept more than CORES host cores busy "
-                         "(default 1; a negative value keeps every sample)")
-    ap.add_argument("--no-primer", action="store_true",
-                    help="do not precede every timed call by an untimed call of the same candidate")
-    ap.add_argument("--case", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    H.add_options(ap, CASES, quick_help="smaller sizes and fewer rounds",
+                  repeat_help="at least this many timed calls per framework and row (default 10, --quick 3)",
+                  budget_help="seconds of calls per framework and row after which a slow one stops at 3 samples "
+                              "(default 10, --quick 1)",
+                  quiet_below=1.0,
+                  quiet_help="set aside samples taken while other processes kept more than CORES host cores busy "
+                             "(default 1; a negative value keeps every sample)")
     ap.add_argument("--arrays", choices=("auto", "torch", "gpuarray"), default="auto",
                     help="what tcc is given: torch CUDA tensors or PyCUDA GPUArrays (default: torch if it has CUDA)")
     ap.add_argument("--no-torch-compile", action="store_true", help="leave torch.compile out of the urban case")
@@ -1133,24 +851,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.check_scatter_ptx:
         return check_scatter_ptx(args.check_scatter_ptx)
-    cases = [c.strip() for c in args.case.split(",") if c.strip()]
-    bad = [c for c in cases if c not in CASES]
-    if bad:
-        ap.error(f"unknown case {', '.join(bad)} (choose from {', '.join(CASES)})")
+    cases = H.chosen_cases(ap, args, CASES)
     if args.write and (args.sim or args.quick or set(cases) != set(CASES)):
         ap.error("--write records only a full GPU run (no --sim, no --quick, all cases)")
     if args.sim:                             # one call each, no minimum time: the logic, not the clock
         args.repeat = 1 if args.repeat is None else args.repeat
         args.min_time = 0.0 if args.min_time is None else args.min_time
         args.budget = 0.1 if args.budget is None else args.budget
-    if args.repeat is None:
-        args.repeat = 3 if args.quick else 10
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
-    if args.budget is None:
-        args.budget = 1.0 if args.quick else 10.0
-    if args.min_time is None:
-        args.min_time = 0.1 if args.quick else 1.0
+    H.timing_defaults(ap, args)
 
     try:
         device = find_device(args.sim, args.arrays)

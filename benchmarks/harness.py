@@ -1,4 +1,4 @@
-"""Timing, checking and reporting for ``benchmarks/run.py``.
+"""Timing, checking and reporting for ``benchmarks/run.py`` and ``benchmarks/gpu.py``.
 
 A *row* is one measured operation (say "urban: gradients, forward+backward")
 done by several *candidates*, one per framework.  For each row the harness
@@ -35,6 +35,7 @@ The cell of a row is the median of the samples.  Ratios are
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import gc
 import math
@@ -42,12 +43,15 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("tcc", "jax.jit", "torch", "torch.compile", "numpy")
 WINDOW_S = 0.25     # calls are grouped into windows of at least this long to measure other processes' load
 
@@ -382,6 +386,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def git_state() -> str:
+    """The commit the compiler came from, and whether its sources had local changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "compiler", "passes", "ir",
+                                "backends"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except Exception:  # noqa: BLE001
+        return "not a git checkout"
+    changed = [line[3:] for line in dirty.splitlines() if line.strip()]
+    return f"commit {head}" + (f", with local changes in {', '.join(changed)}" if changed else "")
+
+
 # --------------------------------------------------------------------------
 # markdown
 # --------------------------------------------------------------------------
@@ -445,3 +462,49 @@ def replace_section(text: str, begin: str, end: str, body: str) -> str:
     if pattern.search(text):
         return pattern.sub(lambda _m: block, text, count=1)
     return text.rstrip() + "\n\n" + block + "\n"
+
+
+def compile_time_table(compile_times: Sequence[tuple[str, float]]) -> list[str]:
+    """``tcc.compile`` seconds of each tcc program, as markdown lines."""
+    out = ["| tcc program | tcc.compile ms |", "|---|---:|"]
+    out += [f"| {name} | {s * 1e3:.0f} |" for name, s in compile_times]
+    return out
+
+
+# --------------------------------------------------------------------------
+# the command line of run.py and gpu.py
+# --------------------------------------------------------------------------
+def add_options(ap: argparse.ArgumentParser, cases: Sequence[str], *, quick_help: str, repeat_help: str,
+                budget_help: str, quiet_below: float, quiet_help: str) -> None:
+    """The options both scripts take, in this order: --quick, --repeat, --min-time, --budget, --quiet-below,
+    --no-primer, --case (the help texts that differ between them are arguments)."""
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--repeat", type=int, default=None, help=repeat_help)
+    ap.add_argument("--min-time", type=float, default=None, metavar="S",
+                    help="seconds of calls per framework and row, at least (default 1, --quick 0.1)")
+    ap.add_argument("--budget", type=float, default=None, metavar="S", help=budget_help)
+    ap.add_argument("--quiet-below", type=float, default=quiet_below, metavar="CORES", help=quiet_help)
+    ap.add_argument("--no-primer", action="store_true",
+                    help="do not precede every timed call by an untimed call of the same candidate")
+    ap.add_argument("--case", default=",".join(cases), help=f"comma-separated subset of {', '.join(cases)}")
+
+
+def chosen_cases(ap: argparse.ArgumentParser, args: argparse.Namespace, cases: Sequence[str]) -> list[str]:
+    """``--case``, checked against ``cases``."""
+    chosen = [c.strip() for c in args.case.split(",") if c.strip()]
+    bad = [c for c in chosen if c not in cases]
+    if bad:
+        ap.error(f"unknown case {', '.join(bad)} (choose from {', '.join(cases)})")
+    return chosen
+
+
+def timing_defaults(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--repeat``, ``--budget`` and ``--min-time`` where not given: their defaults, smaller with ``--quick``."""
+    if args.repeat is None:
+        args.repeat = 3 if args.quick else 10
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.budget is None:
+        args.budget = 1.0 if args.quick else 10.0
+    if args.min_time is None:
+        args.min_time = 0.1 if args.quick else 1.0

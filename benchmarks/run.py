@@ -23,22 +23,22 @@ is timed (norm-wise relative error <= 1e-9 in float64, 1e-5 in float32): a
 peer that disagrees is reported as ``wrong``, one that raises as ``failed``,
 one that is not installed as ``missing``.  Every framework uses all cores.
 Timing: see ``benchmarks/harness.py`` (first call and one warm-up excluded,
-round-robin rounds, medians).  ``--write`` records a full run in
-``docs/benchmarks.md`` (between the ``results`` markers).
+round-robin rounds, medians); the problems of cases 1-3 and their rows are in
+``benchmarks/problems.py``, shared with ``gpu.py``.  ``--write`` records a full
+run in ``docs/benchmarks.md`` (between the ``results`` markers).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +47,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import harness as H  # noqa: E402
+import problems as P  # noqa: E402
+from problems import Peers, grad_case, jax_ready, unavailable  # noqa: E402
 
 CASES = ("urban", "correlation", "conv2d", "logistic", "compile")
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -59,70 +61,35 @@ GOAL_COMPILE_S = 1.0        # parse + grad + compile of the seed example
 # --------------------------------------------------------------------------
 # peers
 # --------------------------------------------------------------------------
-@dataclass
-class Peers:
-    cores: int
-    jax: Any = None
-    jnp: Any = None
-    lax: Any = None
-    jax_status: str = "ok"
-    torch: Any = None
-    torch_status: str = "ok"
-    versions: dict[str, str] = field(default_factory=dict)
-    threads: dict[str, str] = field(default_factory=dict)
-
-
 def load_peers(cores: int) -> Peers:
-    peers = Peers(cores=cores)
+    peers = Peers()
     peers.versions["numpy"] = np.__version__
     peers.threads["numpy"] = "1 (ufuncs and np.correlate are single-threaded)"
-    try:
-        import jax
 
-        jax.config.update("jax_enable_x64", True)
-        import jax.numpy as jnp
-        from jax import lax
-
+    def setup_jax() -> None:
+        jax, jnp, lax = P.import_jax()
         peers.jax, peers.jnp, peers.lax = jax, jnp, lax
         peers.versions["jax"] = jax.__version__
         devices = jax.devices()
         peers.threads["jax.jit"] = f"{cores} (XLA's CPU client uses every core; device {devices[0].platform})"
-    except ImportError as exc:
-        peers.jax_status = "missing"
-        peers.versions["jax"] = f"missing ({exc.name or exc})"
-    except Exception as exc:  # noqa: BLE001
-        peers.jax_status = f"failed: {H.short_reason(exc)}"
-        peers.versions["jax"] = peers.jax_status
-    try:
-        import warnings
 
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
-        import torch
-
+    def setup_torch() -> None:
+        torch = P.import_torch()
         torch.set_num_threads(cores)
         peers.torch = torch
         peers.versions["torch"] = torch.__version__
         peers.threads["torch"] = f"{torch.get_num_threads()} (torch.set_num_threads({cores}))"
-    except ImportError as exc:
-        peers.torch_status = "missing"
-        peers.versions["torch"] = f"missing ({exc.name or exc})"
-    except Exception as exc:  # noqa: BLE001
-        peers.torch_status = f"failed: {H.short_reason(exc)}"
-        peers.versions["torch"] = peers.torch_status
+
+    P.import_peer(peers, "jax", setup_jax)
+    P.import_peer(peers, "torch", setup_torch)
     return peers
-
-
-def jax_ready(tree: Any) -> Any:
-    import jax
-
-    return jax.block_until_ready(tree)
 
 
 # --------------------------------------------------------------------------
 # run context
 # --------------------------------------------------------------------------
 @dataclass
-class Ctx:
+class Ctx(P.RunContext):
     quick: bool
     passes: str | None
     quiet_below: float | None
@@ -135,17 +102,6 @@ class Ctx:
     breakdowns: list[tuple[str, Any, list]] = field(default_factory=list)   # (title, compiled, kernel times)
     compile_times: list[tuple[str, float]] = field(default_factory=list)    # (program, seconds)
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def log(self, msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    def row(self, case: str, what: str, candidates: list[H.Candidate], reference: Any, tol: float = 1e-9, note: str = "") -> H.Row:
-        row = H.Row(case, what, note=note)
-        H.run_row(row, candidates, reference, repeat=self.repeat, budget_s=self.budget_s, tol=tol,
-                  min_time_s=self.min_time_s,
-                  quiet_below=self.quiet_below, primer=self.primer, log=self.log)
-        self.rows.append(row)
-        return row
 
     def tcc_compile(self, name: str, program: Any, **kw: Any) -> Any:
         import tcc
@@ -160,295 +116,23 @@ class Ctx:
         self.breakdowns.append((title, compiled, times))
 
 
-def unavailable(framework: str, status: str) -> H.Candidate:
-    return H.Candidate(framework, None, status=status)
-
-
-def residual_program(text: str, names: list[str]) -> str:
-    """The printed program ``text`` with the locals ``names`` turned into inputs (their definitions dropped).
-
-    Used for "backward only": tcc's gradient program recomputes the forward
-    value it needs (a local); given as an input, it is the residual a reverse
-    mode framework keeps from its forward pass.
-    """
-    out: list[str] = []
-    moved: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("local "):
-            decls = re.findall(r"\w+\[[^\]]*\]|\w+", line[len("local "):])
-            keep = [d for d in decls if re.match(r"\w+", d).group(0) not in names]
-            moved += [d for d in decls if d not in keep]
-            if keep:
-                out.append("local " + ", ".join(keep))
-            continue
-        m = re.match(r"\s*(\w+)\s*[\[=]", line)
-        if m and m.group(1) in names and not line.startswith(("input", "output")):
-            continue
-        out.append(line)
-    if len(moved) != len(names):
-        raise ValueError(f"not all of {names} are locals of the program")
-    for i, line in enumerate(out):
-        if line.startswith("input "):
-            out[i] = line + ", " + ", ".join(moved)
-            break
-    return "\n".join(out) + "\n"
-
-
 # --------------------------------------------------------------------------
-# cases 1-3: a function and its gradients
+# cases 1-3: a function and its gradients (problems.py)
 # --------------------------------------------------------------------------
-@dataclass
-class GradCase:
-    case: str
-    src: str                                  # the tcc forward program
-    of: str
-    inputs: dict[str, np.ndarray]             # all of them are differentiated, in this order
-    seed: np.ndarray                          # d<of>
-    f_jax: Callable[..., Any] | None
-    f_torch: Callable[..., Any] | None
-    numpy_fwd: Callable[..., np.ndarray] | None = None
-    torch_compile: bool = False
-    notes: dict[str, str] = field(default_factory=dict)
-
-
-def grad_case(ctx: Ctx, gc: GradCase) -> None:
-    import tcc
-
-    peers = ctx.peers
-    names = list(gc.inputs)
-    dnames = ["d" + n for n in names]
-    arrays = gc.inputs
-    seed_name = "d" + gc.of
-    ctx.log(f"[{gc.case}] shapes " + ", ".join(f"{k}{list(v.shape)}" for k, v in arrays.items()))
-
-    program = tcc.parse(gc.src, f"<{gc.case}>")
-    fwd = ctx.tcc_compile(f"{gc.case}: forward", program)
-    grad_program = tcc.grad(program, of=gc.of, wrt=names)
-    grad = ctx.tcc_compile(f"{gc.case}: gradients", grad_program)
-    recomputes = gc.of in grad.results                # the gradient program computes the forward value itself
-
-    ref_f = fwd(**arrays)
-    ref_grad = grad(**arrays, **{seed_name: gc.seed})
-    ref_all = {gc.of: ref_f[gc.of], **{d: ref_grad[d] for d in dnames}}
-
-    # -- forward --------------------------------------------------------
-    cands = [H.Candidate("tcc", lambda: fwd(**arrays), check=False)]
-    tj = tt = None
-    if peers.jax is not None and gc.f_jax is not None:
-        jnp = peers.jnp
-        jargs = [jnp.asarray(v) for v in arrays.values()]
-        jseed = jnp.asarray(gc.seed)
-        jf = peers.jax.jit(gc.f_jax)
-        cands.append(H.Candidate("jax.jit", lambda: {gc.of: jax_ready(jf(*jargs))}))
-        tj = (jargs, jseed)
-    else:
-        cands.append(unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
-    if peers.torch is not None and gc.f_torch is not None:
-        torch = peers.torch
-        targs = [torch.from_numpy(v) for v in arrays.values()]
-        tleaves = [torch.from_numpy(v.copy()).requires_grad_() for v in arrays.values()]
-        tseed = torch.from_numpy(gc.seed)
-
-        def torch_fwd():
-            with torch.no_grad():
-                return {gc.of: gc.f_torch(*targs)}
-
-        cands.append(H.Candidate("torch", torch_fwd))
-        tt = (targs, tleaves, tseed)
-        if gc.torch_compile:
-            try:
-                cf_fwd = torch.compile(gc.f_torch)
-
-                def torch_compiled_fwd():
-                    with torch.no_grad():
-                        return {gc.of: cf_fwd(*targs)}
-
-                cands.append(H.Candidate("torch.compile", torch_compiled_fwd))
-            except Exception as exc:  # noqa: BLE001
-                cands.append(unavailable("torch.compile", f"failed: {H.short_reason(exc)}"))
-    else:
-        cands.append(unavailable("torch", peers.torch_status if peers.torch is None else "n/a"))
-        if gc.torch_compile:
-            cands.append(unavailable("torch.compile", peers.torch_status if peers.torch is None else "n/a"))
-    if gc.numpy_fwd is not None:
-        cands.append(H.Candidate("numpy", lambda: {gc.of: gc.numpy_fwd(*arrays.values())}))
-    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]}, note=gc.notes.get("forward", ""))
-
-    # -- forward + backward ---------------------------------------------
-    if recomputes:
-        tcc_fb = lambda: grad(**arrays, **{seed_name: gc.seed})  # noqa: E731
-    else:
-        def tcc_fb():
-            out = fwd(**arrays)
-            out.update(grad(**arrays, **{seed_name: gc.seed}))
-            return out
-    cands = [H.Candidate("tcc", tcc_fb, check=False)]
-    jbwd = None
-    if tj is not None:
-        jax = peers.jax
-        jargs, jseed = tj
-
-        def vjp_all(*args):
-            *xs, g = args
-            y, pullback = jax.vjp(gc.f_jax, *xs)
-            return {gc.of: y, **dict(zip(dnames, pullback(g)))}
-
-        jfb = jax.jit(vjp_all)
-        cands.append(H.Candidate("jax.jit", lambda: jax_ready(jfb(*jargs, jseed))))
-        # backward only: the pullback of a jitted forward, itself jitted; its residuals are arguments
-        try:
-            _, pullback = jax.vjp(jax.jit(gc.f_jax), *jargs)
-            jpb = jax.jit(lambda pb, g: pb(g))
-            jbwd = H.Candidate("jax.jit", lambda: dict(zip(dnames, jax_ready(jpb(pullback, jseed)))))
-        except Exception as exc:  # noqa: BLE001
-            jbwd = unavailable("jax.jit", f"failed: {H.short_reason(exc)}")
-    else:
-        cands.append(unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
-    tbwd = []
-    if tt is not None:
-        torch = peers.torch
-        targs, tleaves, tseed = tt
-
-        def autograd_fb(f):
-            def run():
-                y = f(*tleaves)
-                gs = torch.autograd.grad(y, tleaves, tseed)
-                return {gc.of: y, **dict(zip(dnames, gs))}
-            return run
-
-        def autograd_bwd(f):
-            kept = {}
-
-            def run():
-                if "y" not in kept:                 # the forward (graph and residuals) once, on the first call
-                    kept["y"] = f(*tleaves)
-                return dict(zip(dnames, torch.autograd.grad(kept["y"], tleaves, tseed, retain_graph=True)))
-            return run
-
-        cands.append(H.Candidate("torch", autograd_fb(gc.f_torch)))
-        tbwd.append(H.Candidate("torch", autograd_bwd(gc.f_torch)))
-        if gc.torch_compile:
-            try:
-                cf = torch.compile(gc.f_torch)
-                cands.append(H.Candidate("torch.compile", autograd_fb(cf)))
-                tbwd.append(H.Candidate("torch.compile", autograd_bwd(cf)))
-            except Exception as exc:  # noqa: BLE001
-                cands.append(unavailable("torch.compile", f"failed: {H.short_reason(exc)}"))
-    else:
-        st = peers.torch_status if peers.torch is None else "n/a"
-        cands.append(unavailable("torch", st))
-        tbwd.append(unavailable("torch", st))
-        if gc.torch_compile:
-            cands.append(unavailable("torch.compile", st))
-            tbwd.append(unavailable("torch.compile", st))
-    ctx.row(gc.case, "gradients, forward+backward", cands, ref_all,
-            note="tcc: the gradient program, which recomputes " + gc.of if recomputes
-            else "tcc: forward program + gradient program")
-
-    # -- backward only --------------------------------------------------
-    if recomputes:
-        bwd_text = residual_program(str(grad_program), [gc.of])
-        bwd = ctx.tcc_compile(f"{gc.case}: backward only", bwd_text)
-        given = {**arrays, seed_name: gc.seed, gc.of: ref_f[gc.of]}
-        tcc_b = lambda: bwd(**given)  # noqa: E731
-        note = f"tcc: the gradient program with {gc.of} as an input"
-    else:
-        tcc_b = lambda: grad(**arrays, **{seed_name: gc.seed})  # noqa: E731
-        note = "tcc: the gradient program (it does not need " + gc.of + ")"
-    cands = [H.Candidate("tcc", tcc_b, check=False)]
-    cands.append(jbwd if jbwd is not None else unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
-    cands += tbwd
-    ctx.row(gc.case, "gradients, backward only", cands, {d: ref_grad[d] for d in dnames}, note=note)
-
-    ctx.breakdown(f"{gc.case}: forward", fwd, arrays)
-    ctx.breakdown(f"{gc.case}: gradients", grad, {**arrays, seed_name: gc.seed})
-
-
 def case_urban(ctx: Ctx) -> None:
     I, J, K = (128, 128, 32) if ctx.quick else (512, 512, 64)
-    rng = np.random.default_rng(1)
-    inputs = {
-        "a": rng.uniform(0, 0.25, (I, K)),
-        "b": rng.uniform(0, 0.25, (J, K)),
-        "c": rng.uniform(0, 1, (I, I)),
-        "d": rng.uniform(0, 0.5, (I + K - 1,)),
-    }
-    src = (
-        f"input a[{I}, {K}], b[{J}, {K}], c[{I}, {I}], d[{I + K - 1}]\n"
-        f"output f[{I}, {J}]\n"
-        "f[i, j] = exp(-sum[k]((a[i, k] + b[j, k])**2 * c[i, i] + d[i + k]**3))\n"
-    )
-    f_jax = f_torch = None
-    if ctx.peers.jax is not None:
-        jnp = ctx.peers.jnp
-
-        def f_jax(a, b, c, d):
-            n, k = a.shape
-            s = jnp.sum((a[:, None, :] + b[None, :, :]) ** 2 * jnp.diagonal(c)[:, None, None], axis=-1)
-            window = d[jnp.arange(n)[:, None] + jnp.arange(k)[None, :]]
-            return jnp.exp(-(s + jnp.sum(window ** 3, axis=-1)[:, None]))
-
-    if ctx.peers.torch is not None:
-        torch = ctx.peers.torch
-
-        def f_torch(a, b, c, d):
-            k = a.shape[1]
-            s = ((a[:, None, :] + b[None, :, :]) ** 2 * torch.diagonal(c)[:, None, None]).sum(-1)
-            return torch.exp(-(s + (d.unfold(0, k, 1) ** 3).sum(-1)[:, None]))
-
-    grad_case(ctx, GradCase(
-        "urban", src, "f", inputs, rng.uniform(0, 1, (I, J)), f_jax, f_torch, torch_compile=True,
-    ))
+    grad_case(ctx, P.urban(I, J, K, ctx.peers, torch_compile=True))
 
 
 def case_correlation(ctx: Ctx) -> None:
     n, k = (10 ** 5, 31) if ctx.quick else (10 ** 6, 31)
-    rng = np.random.default_rng(2)
-    inputs = {"x": rng.standard_normal(n), "w": rng.standard_normal(k)}
-    src = f"input x[{n}], w[{k}]\ny[i] = sum[k](x[i + k] * w[k])\n"
-    f_jax = f_torch = None
-    if ctx.peers.jax is not None:
-        jnp = ctx.peers.jnp
-
-        def f_jax(x, w):
-            return jnp.correlate(x, w, mode="valid")
-
-    if ctx.peers.torch is not None:
-        F = ctx.peers.torch.nn.functional
-
-        def f_torch(x, w):
-            return F.conv1d(x.view(1, 1, -1), w.view(1, 1, -1)).view(-1)
-
-    grad_case(ctx, GradCase(
-        "correlation", src, "y", inputs, rng.standard_normal(n - k + 1), f_jax, f_torch,
-        numpy_fwd=lambda x, w: np.correlate(x, w, "valid"),
-        notes={"forward": "numpy: np.correlate"},
-    ))
+    grad_case(ctx, P.correlation(n, k, ctx.peers, numpy_fwd=lambda x, w: np.correlate(x, w, "valid"),
+                                 notes={"forward": "numpy: np.correlate"}))
 
 
 def case_conv2d(ctx: Ctx) -> None:
     B, C, O, S, R = (2, 16, 32, 64, 3) if ctx.quick else (8, 16, 32, 64, 3)
-    So = (S - R) // 2 + 1
-    rng = np.random.default_rng(3)
-    inputs = {"x": rng.standard_normal((B, C, S, S)), "w": rng.standard_normal((O, C, R, R))}
-    src = (
-        f"input x[{B}, {C}, {S}, {S}], w[{O}, {C}, {R}, {R}]\n"
-        "y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])\n"
-    )
-    f_jax = f_torch = None
-    if ctx.peers.jax is not None:
-        lax = ctx.peers.lax
-
-        def f_jax(x, w):
-            return lax.conv_general_dilated(x, w, (2, 2), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
-
-    if ctx.peers.torch is not None:
-        F = ctx.peers.torch.nn.functional
-
-        def f_torch(x, w):
-            return F.conv2d(x, w, stride=2)
-
-    grad_case(ctx, GradCase("conv2d", src, "y", inputs, rng.standard_normal((B, O, So, So)), f_jax, f_torch))
+    grad_case(ctx, P.conv2d(B, C, O, S, R, ctx.peers))
 
 
 # --------------------------------------------------------------------------
@@ -624,19 +308,6 @@ def goals(ctx: Ctx) -> list[str]:
     return lines
 
 
-def git_state() -> str:
-    """The commit the compiler came from, and whether its sources had local changes."""
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "compiler", "passes", "ir",
-                                "backends"], capture_output=True, text=True, timeout=10, check=True).stdout
-    except Exception:  # noqa: BLE001
-        return "not a git checkout"
-    changed = [line[3:] for line in dirty.splitlines() if line.strip()]
-    return f"commit {head}" + (f", with local changes in {', '.join(changed)}" if changed else "")
-
-
 def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
     from tcc.build import DEFAULT_LOOP_PIPELINE
 
@@ -659,7 +330,7 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
     threads = [f"tcc {tcc_threads} (default: all cores; it splits only loops the pipeline marks `parallel`)"]
     threads += [f"{k} {v}" for k, v in peers.threads.items()]
     out.append("- threads: " + "; ".join(threads))
-    out.append(f"- tcc: {git_state()}")
+    out.append(f"- tcc: {H.git_state()}")
     if args.passes:
         out.append(f"- tcc pipeline: `{args.passes}` (--passes), then lower-llvm, llvm-opt at O3")
     else:
@@ -699,10 +370,7 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
         out.append("")
         out.append(H.first_call_table(ctx.rows, [fw for fw in H.FRAMEWORKS if fw != "tcc"]))
         out.append("")
-        out.append("| tcc program | tcc.compile ms |")
-        out.append("|---|---:|")
-        for name, s in ctx.compile_times:
-            out.append(f"| {name} | {s * 1e3:.0f} |")
+        out += H.compile_time_table(ctx.compile_times)
         out.append("")
     if ctx.breakdowns:
         par = sum(1 for _, _, times in ctx.breakdowns for _, p, _ in times if p)
@@ -725,38 +393,21 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="tcc against JAX, PyTorch and NumPy (see the module docstring).")
-    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds: a ~30 s smoke run")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="at least this many timed calls per framework and row (default 10, --quick 3); "
-                         "fast calls are repeated for at least --min-time")
-    ap.add_argument("--min-time", type=float, default=None, metavar="S",
-                    help="seconds of calls per framework and row, at least (default 1, --quick 0.1)")
-    ap.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="seconds of calls (timed and untimed) per framework and row after which a slow one "
-                         "stops at 3 samples (default 10, --quick 1)")
-    ap.add_argument("--quiet-below", type=float, default=0.25, metavar="CORES",
-                    help="set aside samples taken while other processes kept more than CORES cores busy, "
-                         "and run more rounds instead (default 0.25; a negative value keeps every sample)")
-    ap.add_argument("--no-primer", action="store_true",
-                    help="do not precede every timed call by an untimed call of the same candidate")
-    ap.add_argument("--case", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    H.add_options(ap, CASES, quick_help="smaller sizes and fewer rounds: a ~30 s smoke run",
+                  repeat_help="at least this many timed calls per framework and row (default 10, --quick 3); "
+                              "fast calls are repeated for at least --min-time",
+                  budget_help="seconds of calls (timed and untimed) per framework and row after which a slow one "
+                              "stops at 3 samples (default 10, --quick 1)",
+                  quiet_below=0.25,
+                  quiet_help="set aside samples taken while other processes kept more than CORES cores busy, "
+                             "and run more rounds instead (default 0.25; a negative value keeps every sample)")
     ap.add_argument("--passes", default=None,
                     help="the L1/L2 pipeline tcc.compile runs for every tcc program (default: tcc's default)")
     ap.add_argument("--loops", action="store_true", help="also print the L2 loop nests of every tcc program")
     ap.add_argument("--write", action="store_true", help=f"record the results in {DOC.relative_to(ROOT)}")
     args = ap.parse_args(argv)
-    cases = [c.strip() for c in args.case.split(",") if c.strip()]
-    bad = [c for c in cases if c not in CASES]
-    if bad:
-        ap.error(f"unknown case {', '.join(bad)} (choose from {', '.join(CASES)})")
-    if args.repeat is None:
-        args.repeat = 3 if args.quick else 10
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
-    if args.budget is None:
-        args.budget = 1.0 if args.quick else 10.0
-    if args.min_time is None:
-        args.min_time = 0.1 if args.quick else 1.0
+    cases = H.chosen_cases(ap, args, CASES)
+    H.timing_defaults(ap, args)
     if args.write and (args.quick or args.passes or set(cases) != set(CASES)):
         ap.error("--write records only a full run (no --quick, no --passes, all cases)")
 
