@@ -239,11 +239,19 @@ def find_device(sim: bool, arrays: str) -> Device:
         import pycuda.driver  # noqa: F401
     except ImportError as exc:
         raise NoGpu(f"PyCUDA is not installed ({exc})") from None
-    from tcc.backends.cuda import require_pycuda
+    import atexit
+
+    from tcc.backends.cuda import active
     from tcc.diagnostics import TccError
 
     try:
-        drv = require_pycuda()             # the primary context of TCC_CUDA_DEVICE, current in this thread
+        # The primary context of TCC_CUDA_DEVICE, current in this thread for the whole run (this
+        # script allocates, copies and times with PyCUDA itself; tcc's calls find it current and
+        # leave it), and popped at exit, as pycuda.autoprimaryctx does: PyCUDA aborts a process
+        # that ends with a context on its stack.
+        session = active()
+        drv = session.__enter__()
+        atexit.register(session.__exit__, None, None, None)
     except TccError as exc:
         raise NoGpu(first_line(getattr(exc, "message", None) or str(exc))) from None
     except Exception as exc:  # noqa: BLE001
