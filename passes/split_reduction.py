@@ -15,7 +15,8 @@ A kernel that is a band of parallel loops (possibly none) around
     for r1 in ... { for r in lo..hi { ... acc += ... } }   # perfectly nested down to r
     <epilogue: lets and stores that read acc>
 
-becomes two kernels:
+(the loop adds to ``acc`` and never reads it: ``acc += acc * c + ...`` is a
+recurrence, which partial sums would get wrong) becomes two kernels:
 
     kernel K_part {                       # band x P threads
       parallel for <band> { parallel for p in 0..P-1 {
@@ -61,7 +62,7 @@ from tcc.ir.index import Affine, Compare
 from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, substitute_stmts, walk_stmts
 from tcc.ir.polyhedra import program_facts
 from tcc.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import program_names
+from tcc.passes.hoist import program_names, read_names
 
 #: what an extent that is not a constant counts as when estimating work
 SYMBOLIC_EXTENT = 1024
@@ -87,7 +88,11 @@ def _reduction_work(loop: For) -> int:
 
 
 def _accumulates_only(body: tuple[Stmt, ...], acc: str) -> bool:
-    """The reduction loop writes nothing but ``acc`` (and scalars declared inside it)."""
+    """The reduction loop writes nothing but ``acc`` (and scalars declared inside it),
+    and never reads ``acc``: a partial sum would read only its own part's terms
+    (``acc += acc * 0.5 + x[k]`` is a recurrence, not a sum)."""
+    if acc in read_names(body):
+        return False
     declared = {s.name for s in walk_stmts(body) if isinstance(s, (Let, Local))}
     for s in walk_stmts(body):
         if isinstance(s, Store):
