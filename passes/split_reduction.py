@@ -45,7 +45,10 @@ sequential order in the last bits, as any parallel reduction's does.
 **When.** Sizes are symbolic, so the decision is made on estimates: a
 constant extent counts as itself, anything else as
 :data:`SYMBOLIC_EXTENT`.  A kernel is split when its band has fewer than
-``threads`` iterations and its reduction at least ``2 * min_work``; ``P``
+``threads`` iterations and its reduction at least ``2 * min_work``, and --
+if the band has symbolic extents -- when the reduction nest has more
+symbolic dimensions than the band (a row sum of unknown shape may be tall
+and narrow, where partial sums would only cost memory); ``P``
 is the power of two that brings the band to about ``threads`` threads,
 keeps at least ``min_work`` terms per part and is at most ``max_parts``.
 The GPU pipeline runs it after ``parallel{depth=...}`` (it needs the band
@@ -85,6 +88,17 @@ def _reduction_work(loop: For) -> int:
     inner = [s for s in loop.body if isinstance(s, For)]
     deepest = max((_reduction_work(s) for s in inner), default=1)
     return _extent(loop.lo, loop.hi) * deepest
+
+
+def _symbolic_depth(loop: For) -> int:
+    """How many loops of the deepest path through a nest have no constant trip count."""
+    inner = [s for s in loop.body if isinstance(s, For)]
+    deepest = max((_symbolic_depth(s) for s in inner), default=0)
+    return deepest + (_extent(loop.lo, loop.hi) == SYMBOLIC_EXTENT and not _constant_extent(loop))
+
+
+def _constant_extent(loop: For) -> bool:
+    return any((b - a).is_constant for a in loop.lo for b in loop.hi)
 
 
 def _accumulates_only(body: tuple[Stmt, ...], acc: str) -> bool:
@@ -171,6 +185,13 @@ class _Splitter:
         band = math.prod(_extent(b.lo, b.hi) for b in shape.band)
         work = _reduction_work(shape.loop)
         if band >= self.threads or work < 2 * self.min_work:
+            return 1
+        # With symbolic extents the estimates decide nothing by themselves: split only when the
+        # reduction has more symbolic dimensions than the band (Urban's dd: 1 vs 2; a conv's dw:
+        # 2 vs 3), never a row sum s[i] = sum[j](...) of unknown shape, which may be tall and
+        # narrow (a temp of 32 partial sums per row, most of them empty)
+        band_symbolic = sum(not _constant_extent(b) for b in shape.band)
+        if band_symbolic and _symbolic_depth(shape.loop) <= band_symbolic:
             return 1
         parts = 1
         while parts * 2 <= self.max_parts and band * parts * 2 <= self.threads and work // (parts * 2) >= self.min_work:
