@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -57,7 +56,7 @@ from tcc.ir.loops import For
 from tcc.runtime import CallError, CompiledProgram
 
 from .llvm import band_extents, grid_band
-from .ptx import PTXModule
+from .ptx import PTXModule, device_ordinal
 
 __all__ = ["BLOCK", "BLOCKS_PER_SM", "CudaExecutable", "CudaProgram", "launch_shape", "load", "require_pycuda"]
 
@@ -93,6 +92,8 @@ def launch_shape(band: tuple[For, ...], sizes: Mapping[str, int], block: int, ma
 
 _STATE: dict[str, Any] = {}
 _STATE_LOCK = threading.Lock()
+
+
 def require_pycuda():
     """``pycuda.driver``, initialised, with the chosen device's primary context retained (not pushed)."""
     with _STATE_LOCK:
@@ -107,11 +108,7 @@ def require_pycuda():
                 count = drv.Device.count()
             except Exception as exc:  # noqa: BLE001 - pycuda.driver.Error and friends
                 raise TccError(f"{_INSTALL} (the CUDA driver did not start: {exc})") from None
-            text = os.environ.get("TCC_CUDA_DEVICE", "0")
-            try:
-                ordinal = int(text)
-            except ValueError:
-                raise TccError(f"TCC_CUDA_DEVICE must be a device number, not '{text}'") from None
+            ordinal = device_ordinal()
             if not 0 <= ordinal < count:
                 raise TccError(f"no CUDA device {ordinal}: this machine has {count} (TCC_CUDA_DEVICE chooses one)")
             device = drv.Device(ordinal)
@@ -224,15 +221,6 @@ class DeviceArray:
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        """A data-free, read-only stand-in of this shape and dtype (every element is one zero).
-
-        Size binding (:func:`tcc.sizes.bind_sizes`, shared with the CPU
-        runtime) reads each input's shape through ``np.asarray``; this gives
-        it the device array's shape without touching device memory.
-        """
-        return np.lib.stride_tricks.as_strided(np.zeros(1, self.dtype), self.shape, (0,) * self.ndim, writeable=False)
 
 
 def _library(obj: Any) -> str:
@@ -377,18 +365,12 @@ class CudaProgram(CompiledProgram):
                 dev = gpuarray.to_gpu(value) if b.role == "input" else gpuarray.empty(value.shape, self.dtype)
             elif b.role != "temp" and first_device is not None and first_device.kind != "cai":
                 dev = _new_result(first_device.kind, first_device.owner, value.shape, self.dtype)
-                buffers[b.name] = as_device_array(dev)
-                keep.append(dev)
-                pointers[b.name] = buffers[b.name].ptr
-                continue
             else:
                 dev = gpuarray.empty(value.shape, self.dtype)
             keep.append(dev)
-            pointers[b.name] = int(dev.gpudata) if dev.size else 0
-            if not isinstance(value, np.ndarray):
-                buffers[b.name] = as_device_array(dev)
-            else:
-                buffers[b.name] = (value, dev)
+            view = as_device_array(dev)
+            pointers[b.name] = view.ptr
+            buffers[b.name] = (value, dev) if isinstance(value, np.ndarray) else view
         args = [pointers[b.name] for b in self.loops.buffers] + [sizes[s] for s in self.loops.sizes]
         # The legacy default stream waits for blocking streams, not for a producer's non-blocking
         # one (CAI v3 names it; 1 and 2 are the default streams): wait for all work then.

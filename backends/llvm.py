@@ -436,28 +436,34 @@ class _KernelLowering:
         self.b, saved = b, getattr(self, "b", None)
         self.fn, saved_fn = fn, self.fn
 
-        def threads(block: ir.Value) -> None:
-            self.counted_loop("thread", nthreads, lambda t: b.call(body, args + [t, nthreads, block, nblocks]))
+        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
 
-        self.counted_loop("block", nblocks, threads)
+        def threads(block: ir.Value) -> None:
+            self.counted_loop("thread", zero, nthreads, one, lambda t: b.call(body, args + [t, nthreads, block, nblocks]))
+
+        self.counted_loop("block", zero, nblocks, one, threads)
         b.ret_void()
         self.b, self.fn = saved, saved_fn
 
-    def counted_loop(self, name: str, count: ir.Value, emit) -> None:
-        """``for v in 0..count-1: emit(v)`` at the builder's position."""
+    def counted_loop(self, name: str, start: ir.Value, stop: ir.Value, step: ir.Value, emit) -> None:
+        """``for v = start; v < stop; v += step: emit(v)`` at the builder's position (``step > 0``)."""
         b = self.b
         head = b.block
         body = self.fn.append_basic_block(f"{name}.body")
         exit_ = self.fn.append_basic_block(f"{name}.exit")
-        b.cbranch(b.icmp_signed(">", count, ir.Constant(I64, 0)), body, exit_)
+        b.cbranch(b.icmp_signed("<", start, stop), body, exit_)
         b.position_at_end(body)
         v = b.phi(I64, name=name)
-        v.add_incoming(ir.Constant(I64, 0), head)
+        v.add_incoming(start, head)
         emit(v)
-        nxt = b.add(v, ir.Constant(I64, 1), name=f"{name}.next")
+        nxt = b.add(v, step, name=f"{name}.next", flags=("nsw",))
         v.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, count), body, exit_)
+        b.cbranch(b.icmp_signed("<", nxt, stop), body, exit_)
         b.position_at_end(exit_)
+
+    def trip_count(self, lo: ir.Value, hi: ir.Value, name: str) -> ir.Value:
+        """How many times ``lo..hi`` (inclusive) runs: ``max(hi - lo + 1, 0)``."""
+        return self.intrinsic_call("llvm.smax", self.iadd(self.isub(hi, lo), 1), ir.Constant(I64, 0), name=name)
 
     def build_entry(self, body: ir.Function) -> None:
         fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
@@ -622,44 +628,34 @@ class _KernelLowering:
         for loop in band:
             lo = self.bound(loop.lo, {}, "smax")
             hi = self.bound(loop.hi, {}, "smin")
-            count = self.intrinsic_call("llvm.smax", self.iadd(self.isub(hi, lo), 1), ir.Constant(I64, 0),
-                                        name=f"{loop.var}.count")
+            count = self.trip_count(lo, hi, f"{loop.var}.count")
             starts.append(lo)
             counts.append(count)
             total = self.imul(total, count)
         stride = b.mul(nctaid, ntid, flags=("nuw", "nsw"), name="stride")
-        head = b.block
-        body = self.fn.append_basic_block("grid.body")
-        exit_ = self.fn.append_basic_block("grid.exit")
-        b.cbranch(b.icmp_signed("<", gid, total), body, exit_)
-        b.position_at_end(body)
-        linear = b.phi(I64, name="linear")
-        linear.add_incoming(gid, head)
-        idx: dict[str, ir.Value] = {}
-        rest: ir.Value = linear
-        for k in range(len(band) - 1, -1, -1):  # the last band loop varies fastest
-            loop = band[k]
-            if k == 0:
-                offset = rest
-            else:
-                offset = b.urem(rest, counts[k])
-                rest = b.udiv(rest, counts[k])
-            idx[loop.var] = self.iadd(starts[k], offset, name=loop.var)
-        idx = {loop.var: idx[loop.var] for loop in band}
-        self.loop_vars.extend(loop.var for loop in band)
-        self.lower_block(band[-1].body, idx, {})
-        del self.loop_vars[-len(band):]
-        nxt = b.add(linear, stride, name="linear.next", flags=("nsw",))
-        linear.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, total), body, exit_)
-        b.position_at_end(exit_)
+
+        def iteration(linear: ir.Value) -> None:
+            idx: dict[str, ir.Value] = {}
+            rest = linear
+            for k in range(len(band) - 1, -1, -1):  # the last band loop varies fastest
+                if k == 0:
+                    offset = rest
+                else:
+                    offset = b.urem(rest, counts[k])
+                    rest = b.udiv(rest, counts[k])
+                idx[band[k].var] = self.iadd(starts[k], offset, name=band[k].var)
+            self.loop_vars.extend(loop.var for loop in band)
+            self.lower_block(band[-1].body, idx, {})
+            del self.loop_vars[-len(band):]
+
+        self.counted_loop("linear", gid, total, stride, iteration)
 
     def chunk(self, lo: ir.Value, hi: ir.Value) -> tuple[ir.Value, ir.Value]:
         """Chunk ``part`` of ``nparts`` of ``lo..hi``: ``ceil(count / nparts)`` iterations each."""
         b = self.b
         # nparts < 1 would divide by zero; treat it as one part rather than crash
         nparts = self.intrinsic_call("llvm.smax", self.nparts, ir.Constant(I64, 1))
-        count = self.intrinsic_call("llvm.smax", self.iadd(self.isub(hi, lo), 1), ir.Constant(I64, 0), name="count")
+        count = self.trip_count(lo, hi, "count")
         per = b.sdiv(self.isub(self.iadd(count, nparts), 1), nparts, name="chunk")
         first = self.iadd(lo, b.mul(self.part, per, flags=("nsw",)), name="first")
         last = self.isub(self.iadd(first, per), 1)

@@ -19,8 +19,8 @@ described there).  This module
 
 The **SM architecture** (``sm_80``, ``sm_90``, ...) and the **PTX ISA
 version** are options of ``lower-llvm`` carried by the module.  An empty arch
-means :func:`default_arch`: the compute capability of GPU 0 when PyCUDA and a
-GPU are present, else ``sm_80`` (Ampere; PTX for it also runs on Hopper and
+means :func:`default_arch`: the compute capability of the GPU tcc runs on
+(``TCC_CUDA_DEVICE``, default 0) when PyCUDA and that GPU are present, else ``sm_80`` (Ampere; PTX for it also runs on Hopper and
 later, which JIT it).  PTX version 0 means LLVM's minimum for the arch
 (7.0 for sm_80, 7.8 for sm_90): the oldest ISA, so the oldest driver that
 knows the GPU can load it.
@@ -133,18 +133,25 @@ def check_arch(arch: str) -> str:
     return arch
 
 
+def device_ordinal() -> int:
+    """The GPU tcc runs on: ``TCC_CUDA_DEVICE`` (default 0), shared by the default arch and the runtime."""
+    text = os.environ.get("TCC_CUDA_DEVICE", "0")
+    try:
+        return int(text)
+    except ValueError:
+        raise TccError(f"TCC_CUDA_DEVICE must be a device number, not '{text}'") from None
+
+
 @functools.lru_cache(maxsize=1)
 def default_arch() -> str:
-    """``sm_<major><minor>`` of GPU 0 when PyCUDA can ask one, else :data:`DEFAULT_ARCH`."""
+    """``sm_<major><minor>`` of the chosen GPU when PyCUDA can ask it, else :data:`DEFAULT_ARCH`."""
     try:
         import pycuda.driver as drv
 
         drv.init()
-        if drv.Device.count() < 1:
-            return DEFAULT_ARCH
-        major, minor = drv.Device(0).compute_capability()
+        major, minor = drv.Device(device_ordinal()).compute_capability()
         return f"sm_{major}{minor}"
-    except Exception:  # noqa: BLE001 - no PyCUDA, no driver, no GPU: all mean "ask no device"
+    except Exception:  # noqa: BLE001 - no PyCUDA, no driver, no such GPU: all mean "ask no device"
         return DEFAULT_ARCH
 
 

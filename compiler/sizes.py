@@ -42,6 +42,18 @@ def as_input_array(name: str, value: Any) -> np.ndarray:
     return arr
 
 
+def _input_shape(name: str, value: Any) -> tuple[int, ...]:
+    """The shape an input binds sizes with.
+
+    Binding needs shapes only, so an array that is not NumPy's but carries a
+    ``shape`` and ``ndim`` (a GPU array of the CUDA runtime) is read through
+    them rather than converted; anything else must convert to a numeric array.
+    """
+    if not isinstance(value, np.ndarray) and hasattr(value, "shape") and hasattr(value, "ndim"):
+        return tuple(int(s) for s in value.shape)
+    return tuple(int(s) for s in as_input_array(name, value).shape)
+
+
 def extents_shape(extents: tuple[Affine, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
     """Evaluate extents (affine in size names) to a shape of Python ints."""
     return tuple(int(e.evaluate(sizes)) for e in extents)
@@ -70,13 +82,13 @@ def bind_sizes(program: Program, arrays: Mapping[str, Any]) -> dict[str, int]:
     for decl in program.inputs:
         if decl.name not in arrays:
             raise TccError(f"missing input '{decl.name}'")
-        arr = as_input_array(decl.name, arrays[decl.name])
-        if arr.ndim != len(decl.extents):
+        shape = _input_shape(decl.name, arrays[decl.name])
+        if len(shape) != len(decl.extents):
             raise TccError(
                 f"input '{decl.name}' must have {len(decl.extents)} dimensions "
-                f"({format_decl(decl.name, decl.extents)}), got {arr.ndim}"
+                f"({format_decl(decl.name, decl.extents)}), got {len(shape)}"
             )
-        shapes[decl.name] = tuple(int(s) for s in arr.shape)
+        shapes[decl.name] = shape
 
     sizes: dict[str, int] = {}
     bound_by: dict[str, str] = {}

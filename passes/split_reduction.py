@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, fresh_name
 from tcc.ir.index import Affine, Compare
-from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, substitute_stmts, walk_stmts
+from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store, substitute_stmts, walk_stmts
 from tcc.ir.polyhedra import program_facts
 from tcc.pass_base import Level, Pass, PassContext
 from tcc.passes.hoist import program_names, read_names
@@ -94,7 +94,7 @@ def _symbolic_depth(loop: For) -> int:
     """How many loops of the deepest path through a nest have no constant trip count."""
     inner = [s for s in loop.body if isinstance(s, For)]
     deepest = max((_symbolic_depth(s) for s in inner), default=0)
-    return deepest + (_extent(loop.lo, loop.hi) == SYMBOLIC_EXTENT and not _constant_extent(loop))
+    return deepest + (not _constant_extent(loop))
 
 
 def _constant_extent(loop: For) -> bool:
