@@ -33,11 +33,19 @@ def assert_matches_interpreter(program: Any, sizes: Mapping[str, int] | None = N
     got = compiled(**inputs)
     want = evaluate(inferred, {k: v.astype(np.float64) for k, v in inputs.items()}, np.float64)
     assert set(got) == {d.name for d in inferred.definitions}
+    assert_results_close(got, want, dtype)
+    return got
+
+
+def assert_results_close(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], dtype: str) -> None:
+    """The same definitions, each a NumPy array of ``want``'s shape and of ``dtype``, within
+    10 x RTOL[dtype] normwise relative error (the error over the largest magnitude)."""
+    assert set(got) == set(want)
     for name, ref in want.items():
         out = got[name]
+        assert isinstance(out, np.ndarray), name
         assert out.shape == ref.shape, name
         assert out.dtype == np.dtype(dtype), name
         scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-300)
         err = float(np.max(np.abs(out.astype(np.float64) - ref))) / scale if ref.size else 0.0
         assert err <= RTOL[dtype] * 10, f"{name}: relative error {err:.3e} ({dtype})"
-    return got

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tcc
-from compare import RTOL, random_inputs
+from compare import assert_results_close, random_inputs
 from tcc.fdcheck import default_sizes
 
 
@@ -48,13 +48,7 @@ def assert_gpu_matches_cpu(program, sizes=None, dtype="float64", seed=0) -> dict
     inputs = random_inputs(inferred, sizes, seed, dtype)
     want = tcc.compile(program, "cpu", dtype=dtype)(**inputs)
     got = tcc.compile(program, "cuda", dtype=dtype)(**inputs)
-    assert set(got) == set(want)
-    for name, ref in want.items():
-        out = got[name]
-        assert isinstance(out, np.ndarray) and out.dtype == np.dtype(dtype) and out.shape == ref.shape, name
-        scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-300)
-        err = float(np.max(np.abs(out.astype(np.float64) - ref))) / scale if ref.size else 0.0
-        assert err <= RTOL[dtype] * 10, f"{name}: relative error {err:.3e} ({dtype})"
+    assert_results_close(got, want, dtype)
     return got
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import tcc
 import tcc.backends.cuda as cuda
-from compare import RTOL, random_inputs
+from compare import assert_results_close, random_inputs
 from fake_pycuda import CAIArray, FakeCUDA
 from tcc.runtime import CallError
 
@@ -72,13 +72,7 @@ def reference(program, inputs):
 
 
 def assert_close(got, want, dtype="float64"):
-    assert set(got) == set(want)
-    for name, ref in want.items():
-        out = host(got[name])
-        assert out.shape == ref.shape and out.dtype == np.dtype(dtype), name
-        scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-300)
-        err = float(np.max(np.abs(out.astype(np.float64) - ref))) / scale if ref.size else 0.0
-        assert err <= RTOL[dtype] * 10, f"{name}: relative error {err:.3e} ({dtype})"
+    assert_results_close({name: host(value) for name, value in got.items()}, want, dtype)
 
 
 def programs(path):

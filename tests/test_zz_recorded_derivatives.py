@@ -26,29 +26,8 @@ def _own_corpus() -> None:
             tcc.grad(p, of=of, wrt=[d.name for d in p.inputs])
 
 
-def test_recorded_derivatives_compile_and_match():
-    if len(RECORDED_DERIVATIVES) < 5:
-        _own_corpus()
-    programs = list(RECORDED_DERIVATIVES.values())
-    assert len(programs) >= 5
-    checked = 0
-    for program in programs:
-        try:
-            inferred = tcc.transform(program, "infer-ranges")
-        except TccError:
-            continue  # a test's deliberately broken intermediate; the compile path rejects it the same way
-        sizes = default_sizes(inferred.sizes())
-        try:
-            assert_matches_interpreter(inferred, sizes)
-        except TccError as exc:  # only "these sizes make an extent negative" is acceptable
-            if "negative extent" not in exc.message:
-                raise
-            continue
-        checked += 1
-    assert checked >= 0.9 * len(programs), f"only {checked} of {len(programs)} recorded derivatives were checked"
-
-
 def _recorded_programs() -> list:
+    """The recorded derivatives after infer-ranges, without tests' deliberately broken intermediates."""
     if len(RECORDED_DERIVATIVES) < 5:
         _own_corpus()
     programs = []
@@ -56,8 +35,29 @@ def _recorded_programs() -> list:
         try:
             programs.append(tcc.transform(program, "infer-ranges"))
         except TccError:
-            continue  # a test's deliberately broken intermediate
+            continue  # a test's deliberately broken intermediate; the compile path rejects it the same way
     return programs
+
+
+def _compare_each(programs: list, compare, total: int) -> None:
+    """``compare(program, sizes)`` at each program's default sizes; at least 90 % of ``total`` must be
+    checked, and the only acceptable refusal is "these sizes make an extent negative"."""
+    checked = 0
+    for program in programs:
+        try:
+            compare(program, default_sizes(program.sizes()))
+        except TccError as exc:
+            if "negative extent" not in exc.message:
+                raise
+            continue
+        checked += 1
+    assert checked >= 0.9 * total, f"only {checked} of {total} recorded derivatives were checked"
+
+
+def test_recorded_derivatives_compile_and_match():
+    programs = _recorded_programs()
+    assert len(RECORDED_DERIVATIVES) >= 5
+    _compare_each(programs, assert_matches_interpreter, len(RECORDED_DERIVATIVES))
 
 
 def test_recorded_derivatives_give_ptx_that_ptxas_accepts():
@@ -84,16 +84,7 @@ def test_recorded_derivatives_give_ptx_that_ptxas_accepts():
 def test_recorded_derivatives_run_in_the_gpu_simulator():
     """A deterministic sample (every fourth) of the recorded derivatives through cuda-sim's grid kernels."""
     programs = _recorded_programs()[::4]
-    checked = 0
-    for program in programs:
-        try:
-            assert_matches_interpreter(program, default_sizes(program.sizes()), target="cuda-sim")
-        except TccError as exc:
-            if "negative extent" not in exc.message:
-                raise
-            continue
-        checked += 1
-    assert checked >= 0.9 * len(programs)
+    _compare_each(programs, lambda p, sizes: assert_matches_interpreter(p, sizes, target="cuda-sim"), len(programs))
 
 
 @pytest.mark.gpu
@@ -104,13 +95,4 @@ def test_recorded_derivatives_on_the_gpu_match_the_cpu():
     if REASON is not None:
         pytest.skip(REASON)
     programs = _recorded_programs()
-    checked = 0
-    for program in programs:
-        try:
-            assert_gpu_matches_cpu(program, default_sizes(program.sizes()))
-        except TccError as exc:
-            if "negative extent" not in exc.message:
-                raise
-            continue
-        checked += 1
-    assert checked >= 0.9 * len(programs)
+    _compare_each(programs, assert_gpu_matches_cpu, len(programs))
