@@ -20,6 +20,9 @@ UNARY_FUNCTIONS = (
     "sinh", "cosh", "tanh", "abs", "sign", "relu", "sigmoid",
 )
 BINARY_OPS = ("+", "-", "*", "/", "**")
+#: Functions of a whole square matrix, by the order of their result.  They are
+#: not element-wise, so each one is a definition of its own (``MatrixFn``).
+MATRIX_FUNCTIONS = {"det": 0, "logdet": 0, "inv": 2, "adj": 2}
 
 _TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 
@@ -173,6 +176,32 @@ class CSum(Expr):
         return (self.body,)
 
 
+class MatrixFn(Expr):
+    """``inv(A)``, ``adj(A)``, ``det(A)`` or ``logdet(A)`` of a whole square matrix ``A``.
+
+    Only ever the entire body of a definition (``B[i, j] = inv(A)[i, j]``,
+    ``s = det(A)``): every other node is element-wise, and keeping the
+    matrix function at the definition level lets every element-wise pass
+    treat its result as an ordinary tensor that is read with accesses.
+    ``lower-loops`` turns such a definition into an external kernel (LAPACK
+    through NumPy).  ``logdet`` is ``log(abs(det(A)))``.
+    """
+
+    __slots__ = ("fn", "tensor")
+    _fields = ("fn", "tensor")
+    fn: str
+    tensor: str
+
+    def __new__(cls, fn: str, tensor: str) -> "MatrixFn":
+        if fn not in MATRIX_FUNCTIONS:
+            raise ValueError(f"unknown matrix function {fn!r}")
+        return super().__new__(cls, fn, tensor)
+
+    @property
+    def order(self) -> int:
+        return MATRIX_FUNCTIONS[self.fn]
+
+
 # ---------------------------------------------------------------------------
 # Small constructors used by passes (no folding: see module docstring)
 # ---------------------------------------------------------------------------
@@ -300,7 +329,8 @@ def free_names(root: Expr) -> tuple[str, ...]:
 
 
 def accessed_tensors(root: Expr) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(n.tensor for n in postorder(root) if isinstance(n, Access)))
+    """Tensors the expression reads, by an access or as a matrix function's argument."""
+    return tuple(dict.fromkeys(n.tensor for n in postorder(root) if isinstance(n, (Access, MatrixFn))))
 
 
 def all_names(root: Expr) -> tuple[str, ...]:
@@ -338,7 +368,7 @@ class _Substitution:
         return hit
 
     def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
-        if isinstance(node, Const):
+        if isinstance(node, (Const, MatrixFn)):
             return node
         if isinstance(node, Access):
             return Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))

@@ -29,7 +29,7 @@ from typing import Iterable, Iterator
 
 from tcc.diagnostics import TccError
 
-from .expr import UNARY_FUNCTIONS, Access, Binary, Const, CSum, Expr, Sum, Unary, Where
+from .expr import MATRIX_FUNCTIONS, UNARY_FUNCTIONS, Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where
 from .index import Affine, And, Compare, Cond, Not, Or
 from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
 from .program import Definition, Loc, Program, SourceMap, TensorDecl
@@ -163,7 +163,10 @@ class Parser:
                         break
                 self.expect("=")
                 self.scope = list(indices)
-                body = self.expr()
+                if self.peek().is_word(*MATRIX_FUNCTIONS) and self.peek(1).is_op("("):
+                    body = self.matrix_definition(ntok, indices)
+                else:
+                    body = self.expr()
                 self.scope = []
                 defs[ntok.value] = (ntok, tuple(indices), body)
             else:
@@ -184,6 +187,43 @@ class Parser:
         )
         outputs = tuple(name for kind, name, _, _ in fixed if kind == "output")
         return Program(tuple(inputs), definitions, outputs, source=self.source)
+
+    def matrix_definition(self, ntok: Token, indices: list[str]) -> Expr:
+        """``B[i, j] = inv(A)[i, j]`` or ``s = det(A)``: the whole body, indices as on the left."""
+        ftok = self.advance()
+        fn = ftok.value
+        self.expect("(")
+        atok = self.name("a matrix name")
+        self.expect(")")
+        node = MatrixFn(fn, atok.value)
+        self.record(node, atok)
+        given: list[str] = []
+        if self.peek().is_op("["):
+            self.advance()
+            while True:
+                given.append(self.name("an index name").value)
+                if not self.peek().is_op(","):
+                    break
+                self.advance()
+            self.expect("]")
+        order = MATRIX_FUNCTIONS[fn]
+        if len(indices) != order or given != indices:
+            lhs = f"{ntok.value}[{', '.join(indices)}]" if indices else ntok.value
+            want = (
+                f"{ntok.value}[i, j] = {fn}({atok.value})[i, j]" if order else f"{ntok.value} = {fn}({atok.value})"
+            )
+            raise self.error(
+                f"{fn} gives a {'matrix' if order else 'scalar'}; its definition is written '{want}' "
+                f"(here: '{lhs}' with indices [{', '.join(given)}])",
+                ftok,
+            )
+        if not self.at_end_of_statement():
+            raise self.error(
+                f"a matrix function is a definition of its own: define '{ntok.value}' as {fn}({atok.value}) "
+                f"alone and use '{ntok.value}' in other definitions",
+                self.peek(),
+            )
+        return node
 
     def index_list(self) -> tuple[Affine, ...]:
         self.expect("[")
@@ -257,6 +297,9 @@ class Parser:
             other = self.expr()
             self.expect(")")
             return Where(cond, then, other)
+        if word in MATRIX_FUNCTIONS and self.peek(1).is_op("("):
+            example = f"B[i, j] = {word}(A)[i, j]" if MATRIX_FUNCTIONS[word] else f"s = {word}(A)"
+            raise self.error(f"{word} is not element-wise: give it a definition of its own ('{example}') and read that", tok)
         if word in _FUNCTIONS:
             self.advance()
             self.expect("(")

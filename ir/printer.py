@@ -8,7 +8,7 @@ operator is parenthesised at equal precedence, because ``a + (b + c)`` and
 """
 from __future__ import annotations
 
-from .expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where
+from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where
 from .index import Affine, And, Compare, Cond, Not, Or, format_affine
 
 # precedence levels
@@ -61,6 +61,8 @@ class _Printer:
             if not e.indices:
                 return e.tensor
             return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
+        if isinstance(e, MatrixFn):
+            return f"{e.fn}({e.tensor})"
         if isinstance(e, Unary):
             if e.op == "neg":
                 if isinstance(e.operand, Const):
@@ -155,5 +157,8 @@ def format_program(program) -> str:  # noqa: ANN001 - Program, avoided import cy
     printer = _Printer()
     for d in program.definitions:
         lhs = d.name if not d.indices else f"{d.name}[{', '.join(d.indices)}]"
-        lines.append(f"{lhs} = {printer.expr(d.body)}")
+        body = printer.expr(d.body)
+        if isinstance(d.body, MatrixFn) and d.indices:
+            body += f"[{', '.join(d.indices)}]"  # the one place a matrix function is written
+        lines.append(f"{lhs} = {body}")
     return "\n".join(lines) + "\n"

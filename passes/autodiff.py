@@ -44,6 +44,7 @@ from tcc.ir.expr import (
     is_zero,
     neg,
     postorder,
+    substitute,
 )
 from tcc.ir.index import Affine, And, Compare, negate
 from tcc.ir.program import Definition, Program, TensorDecl
@@ -58,9 +59,23 @@ class AutoDiff(Pass):
 
     of: str = ""
     wrt: tuple[str, ...] = ()
+    #: ``reverse`` (adjoints ``dx`` from a seed ``df``) or ``forward`` (the
+    #: tangent ``df`` of f from tangents ``dx`` of the inputs: a Jacobian-vector product)
+    mode: str = "reverse"
+    #: ``input``: the seed is a new input; ``delta``: it is the Kronecker delta, so
+    #: the result is the full Jacobian (seed 000, sec. 5.3), with f's indices first
+    seed: str = "input"
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        return differentiate(program, self.of, self.wrt)
+        if self.mode not in ("reverse", "forward"):
+            raise TccError(f"autodiff: mode must be 'reverse' or 'forward', not '{self.mode}'")
+        if self.seed not in ("input", "delta"):
+            raise TccError(f"autodiff: seed must be 'input' or 'delta', not '{self.seed}'")
+        if self.mode == "forward":
+            from tcc.passes.forward_mode import differentiate_forward
+
+            return differentiate_forward(program, self.of, self.wrt, delta=self.seed == "delta")
+        return differentiate(program, self.of, self.wrt, delta=self.seed == "delta")
 
 
 # ---------------------------------------------------------------------------
@@ -246,8 +261,19 @@ def definition_terms(h: Definition, seed: Expr, targets: set[str]) -> list[tuple
     return out
 
 
-def delta_term(h: Definition, access: Access, chain: list[tuple[Expr, Expr]], inner: Expr, beta: Sequence[str]) -> Expr:
-    """Eq. (40): the sum over ``h``'s domain of the adjoint, masked by ``access == β``."""
+def delta_term(
+    h: Definition,
+    access: Access,
+    chain: list[tuple[Expr, Expr]],
+    inner: Expr,
+    beta: Sequence[str],
+    at: Sequence[str] | None = None,
+) -> Expr:
+    """Eq. (40): the sum over ``h``'s domain of the adjoint, masked by ``access == β``.
+
+    With ``at``, the seed of ``h`` is the delta δ(α, at): the sum over α
+    collapses to the one point α = at, which is substituted instead.
+    """
     eqs = [Compare("==", ix, Affine.var(b)) for ix, b in zip(access.indices, beta)]
     expr: Expr = inner
     if eqs:
@@ -258,19 +284,22 @@ def delta_term(h: Definition, access: Access, chain: list[tuple[Expr, Expr]], in
         else:
             expr = _mul(a, CSum(s.vars, s.constraints, expr))
     assert h.extents is not None
+    if at is not None:
+        return substitute(expr, {i: Affine.var(g) for i, g in zip(h.indices, at)})
     for i, ext in reversed(list(zip(h.indices, h.extents))):
         expr = Sum(i, (Affine.constant(0),), (ext - 1,), expr)
     return expr
 
 
-def differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
+def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = False) -> Program:
+    """Reverse mode; ``delta`` seeds with Kronecker deltas: the full Jacobian, f's indices first."""
     try:
-        return _differentiate(program, of, wrt)
+        return _differentiate(program, of, wrt, delta)
     except TccError as exc:
         raise exc.located(None, program.source)
 
 
-def _differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
+def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -> Program:
     if not of:
         raise TccError("autodiff needs the definition to differentiate: autodiff{of=NAME wrt=X,Y}")
     if not wrt:
@@ -319,10 +348,20 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
         if d.name != of:
             adjoint[d.name] = allocate("d" + d.name)
 
+    f_ext = f.extents
+    assert f_ext is not None
+    # with delta seeds every adjoint is a Jacobian: f's indices (gamma) come first
+    gamma = [allocate(f"{adjoint[of]}_{k}") for k in range(len(f_ext))] if delta else []
+    lead = tuple(Affine.var(g) for g in gamma)
+    lead_ext = tuple(f_ext) if delta else ()
+
     targets = {d.name for d in relevant if d.name != of} | set(wrt)
     terms: dict[str, list[tuple[Definition, Access, list, Expr]]] = {t: [] for t in targets}
     for h in reversed(relevant):
-        seed = Access(adjoint[h.name], tuple(Affine.var(i) for i in h.indices))
+        if delta and h.name == of:
+            seed: Expr = ONE
+        else:
+            seed = Access(adjoint[h.name], lead + tuple(Affine.var(i) for i in h.indices))
         for acc, chain, inner in definition_terms(h, seed, targets):
             terms[acc.tensor].append((h, acc, chain, inner))
 
@@ -341,11 +380,12 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str]) -> Program:
             beta.append(allocate(f"{name}_{k}"))
         body: Expr | None = None
         for h, acc, chain, inner in terms[t]:
-            body = _add(body, delta_term(h, acc, chain, inner, beta))
-        new_defs.append(Definition(name, tuple(beta), body if body is not None else ZERO, ext))
+            at = gamma if delta and h.name == of else None
+            body = _add(body, delta_term(h, acc, chain, inner, beta, at))
+        new_defs.append(
+            Definition(name, tuple(gamma) + tuple(beta), body if body is not None else ZERO, lead_ext + tuple(ext))
+        )
 
-    f_ext = f.extents
-    assert f_ext is not None
-    inputs = program.inputs + (TensorDecl(adjoint[of], f_ext),)
+    inputs = program.inputs if delta else program.inputs + (TensorDecl(adjoint[of], f_ext),)
     outputs = tuple(adjoint[x] for x in wrt)
     return Program(inputs, program.definitions + tuple(new_defs), outputs, program.source)
