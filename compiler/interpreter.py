@@ -30,8 +30,15 @@ How a definition ``f[i, j] = body`` is evaluated
   mask: nodes are hash-consed, so ``(id(node), id(mask))`` is a valid memo
   key.  Unshared nodes are not kept, which bounds memory.
 
-Public API: :func:`evaluate` (a whole program) and :func:`evaluate_expr`
-(one expression over an explicit grid).
+Matrix functions
+----------------
+A definition whose body is a matrix function (``B[i, j] = inv(A)[i, j]``,
+``s = det(A)``) is not element-wise: it is computed from the whole argument
+by :func:`matrix_function` (LAPACK through ``numpy.linalg``), the same code
+the compiled runtime runs for its external kernels.
+
+Public API: :func:`evaluate` (a whole program), :func:`evaluate_expr`
+(one expression over an explicit grid) and :func:`matrix_function`.
 """
 from __future__ import annotations
 
@@ -41,16 +48,66 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tcc.diagnostics import TccError
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
+from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
 
 from .sizes import as_input_array, bind_sizes, extents_shape
 
-__all__ = ["evaluate", "evaluate_expr", "MAX_BLOCK"]
+__all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
 
 #: No intermediate array of a grid block is larger than this many elements.
 MAX_BLOCK = 1 << 20
+
+
+def _adjugate(a: np.ndarray) -> np.ndarray:
+    """adj(A), the transposed cofactor matrix, through the SVD: defined for singular A too.
+
+    With ``A = U diag(s) V^T``, ``adj(A) = det(U) det(V) V diag(p) U^T`` where
+    ``p_i`` is the product of the singular values other than ``s_i`` (prefix
+    and suffix products, no division), because adj is multiplicative in
+    reverse order and ``adj(Q) = det(Q) Q^T`` for orthogonal ``Q``.  For
+    nonsingular ``A`` this is ``det(A) inv(A)``; for rank n - 1 it is the
+    rank-one matrix the cofactors give; for lower rank it is 0.
+    """
+    n = a.shape[0]
+    if n == 0:
+        return np.zeros((0, 0), a.dtype)
+    u, s, vh = np.linalg.svd(a)
+    prefix = np.concatenate(([1], np.cumprod(s[:-1]))).astype(a.dtype)
+    suffix = np.concatenate((np.cumprod(s[::-1][:-1])[::-1], [1])).astype(a.dtype)
+    sign = np.sign(np.linalg.det(u) * np.linalg.det(vh))
+    return (sign * (vh.T * (prefix * suffix))) @ u.T
+
+
+def matrix_function(fn: str, a: np.ndarray, where: str = "") -> np.ndarray:
+    """``inv``, ``adj``, ``det`` or ``logdet`` (``log|det|``) of the square matrix ``a``, in its dtype.
+
+    ``inv`` of an exactly singular matrix (LAPACK finds a zero pivot) is an
+    error naming ``where``; a nearly singular one gives LAPACK's large
+    values.  ``det`` of a singular matrix is 0 and ``logdet`` is ``-inf``;
+    ``adj`` is computed through the SVD (:func:`_adjugate`) and is defined
+    for every matrix.  A 0 x 0 matrix has ``det`` 1.
+    """
+    a = np.asarray(a)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise TccError(f"{fn} needs a square matrix{' in ' + where if where else ''}, got shape {a.shape}")
+    dtype = a.dtype
+    with np.errstate(all="ignore"):
+        if fn == "inv":
+            try:
+                return np.linalg.inv(a).astype(dtype, copy=False)
+            except np.linalg.LinAlgError:
+                raise TccError(
+                    f"inv of a singular matrix{' in ' + where if where else ''} (LAPACK found a zero pivot)"
+                ) from None
+        if fn == "det":
+            return np.asarray(np.linalg.det(a), dtype=dtype)
+        if fn == "logdet":
+            return np.asarray(np.linalg.slogdet(a)[1], dtype=dtype)
+        if fn == "adj":
+            return _adjugate(a).astype(dtype, copy=False)
+    raise TccError(f"unknown matrix function '{fn}'")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -148,6 +205,8 @@ class _Evaluator:
             return self.sum(node, sc, active)
         if isinstance(node, CSum):
             return self.ev(self.lower_csum(node), sc, active)
+        if isinstance(node, MatrixFn):
+            raise TccError(f"{node.fn}({node.tensor}) in {self.where} is not element-wise: only a whole definition can be one")
         raise TypeError(f"cannot evaluate {type(node).__name__}")
 
     # -- index expressions ------------------------------------------------
@@ -338,6 +397,16 @@ def evaluate(
             if len(d.indices) != len(extents):
                 raise TccError(f"definition '{d.name}' has {len(d.indices)} indices but {len(extents)} extents")
             shape = extents_shape(extents, sizes)
+            if isinstance(d.body, MatrixFn):
+                fn, arg = d.body.fn, d.body.tensor
+                if arg not in tensors:
+                    raise TccError(f"definition '{d.name}' reads '{arg}', which is not an input or an earlier definition")
+                value = np.array(matrix_function(fn, tensors[arg], f"definition '{d.name}'"), dtype=dtype, order="C")
+                if value.shape != shape:
+                    raise TccError(f"definition '{d.name}' has shape {shape} but {fn}({arg}) has shape {value.shape}")
+                results[d.name] = value
+                tensors[d.name] = value
+                continue
             ev = _Evaluator(tensors, dtype, max_block, f"definition '{d.name}'")
             value = ev.grid(d.body, d.indices, shape, sizes)
             results[d.name] = value

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from tcc.diagnostics import TccError
 
-from .expr import Access, CSum, Expr, Sum, Where
-from .index import Affine
+from .expr import MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where
+from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
 
@@ -85,7 +85,32 @@ class _Verifier:
                 for n in e.names():
                     if n not in self.sizes:
                         raise self.error(f"extent of '{d.name}' uses '{n}', which is not a size of the inputs", d.loc)
+        if isinstance(d.body, MatrixFn):
+            self.matrix_definition(d, defined)
+            return
         self.expr(d.body, d, set(d.indices), defined, {})
+
+    def matrix_definition(self, d: Definition, defined: set[str]) -> None:
+        """``B[i, j] = inv(A)[i, j]`` / ``s = det(A)``: an earlier square matrix, indices by the result's order."""
+        fn, name = d.body.fn, d.body.tensor
+        loc = self.p.loc_of(d.body) or d.loc
+        order = MATRIX_FUNCTIONS[fn]
+        if len(d.indices) != order:
+            want = f"{d.name}[i, j] = {fn}({name})[i, j]" if order else f"{d.name} = {fn}({name})"
+            raise self.error(
+                f"{fn} gives a {'matrix' if order else 'scalar'}: '{d.name}' must have {order} ind"
+                f"{'ices' if order != 1 else 'ex'}, not {len(d.indices)} (write '{want}')",
+                d.loc,
+            )
+        if name not in defined:
+            if name == d.name:
+                raise self.error(f"'{name}' is used in its own definition", loc)
+            if self.p.definition(name) is not None:
+                raise self.error(f"'{name}' is used before its definition", loc)
+            if name in self.sizes:
+                raise self.error(f"'{name}' is a size; {fn} needs a matrix", loc)
+            raise self.error(f"undeclared tensor '{name}'", loc)
+        matrix_extents(self.p, d)
 
     def expr(self, e: Expr, d: Definition, scope: set[str], defined: set[str], memo: dict) -> None:
         key = (id(e), frozenset(scope))
@@ -93,6 +118,10 @@ class _Verifier:
             return
         memo[key] = True
         loc = self.p.loc_of(e) or d.loc
+        if isinstance(e, MatrixFn):
+            raise self.error(
+                f"{e.fn}({e.tensor}) is not element-wise: it can only be the whole body of a definition", loc
+            )
         if isinstance(e, Access):
             self.access(e, d, scope, defined, loc)
             return
@@ -159,3 +188,40 @@ def check_affine_names(a: Affine, allowed: set[str]) -> str | None:
         if n not in allowed:
             return n
     return None
+
+
+def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None:
+    """The extents of a matrix-function definition: the argument's (inv, adj) or () (det, logdet).
+
+    Checks that the argument is a square matrix; None while its extents are
+    unknown (before ``infer-ranges``).  Raises a located TccError otherwise.
+    """
+    body = d.body
+    assert isinstance(body, MatrixFn)
+    fn, name = body.fn, body.tensor
+    loc = program.loc_of(body) or d.loc
+    ext = program.extents_of(name)
+    if ext is None:
+        other = program.definition(name)
+        rank = len(other.indices) if other is not None else 0
+    else:
+        rank = len(ext)
+    if rank != 2:
+        dims = f"{rank} dimension{'s' if rank != 1 else ''}"
+        raise TccError(f"{fn} needs a matrix (2 dimensions): '{name}' has {dims}", loc, program.source)
+    if ext is None:
+        return None
+    if ext[0] != ext[1]:
+        raise TccError(
+            f"{fn} needs a square matrix: '{name}' is {format_affine(ext[0])} x {format_affine(ext[1])}",
+            loc,
+            program.source,
+        )
+    result = (ext[0], ext[1]) if MATRIX_FUNCTIONS[fn] else ()
+    if d.extents is not None and tuple(d.extents) != result:
+        shape = " x ".join(format_affine(e) for e in d.extents) or "a scalar"
+        want = " x ".join(format_affine(e) for e in result) or "a scalar"
+        raise TccError(
+            f"'{d.name}' is declared {shape}, but {fn}({name}) is {want}", d.loc, program.source
+        )
+    return result

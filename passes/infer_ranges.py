@@ -20,12 +20,12 @@ from typing import Sequence
 
 from tcc.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import CSum, Expr, Sum, postorder, rebuild
+from tcc.ir.expr import CSum, Expr, MatrixFn, Sum, postorder, rebuild
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, format_affine
 from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
-from tcc.ir.verifier import verify
+from tcc.ir.verifier import matrix_extents, verify
 from tcc.pass_base import Level, Pass, PassContext
 
 
@@ -56,6 +56,11 @@ class InferRanges(Pass):
 
 
 def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> Definition:
+    if isinstance(d.body, MatrixFn):
+        # a matrix function has the extents of its (square) argument, or none
+        extents = matrix_extents(program, d)
+        assert extents is not None  # the argument is earlier: its extents are known by now
+        return Definition(d.name, d.indices, d.body, extents, d.loc)
     unknown_sums = _unranged_sums(d.body)
     csums = [n for n in postorder(d.body) if isinstance(n, CSum)]
     bounded_csums = {id(n): n for n in csums if _is_bounded(n)}
