@@ -20,6 +20,18 @@ not contain it.  ``sum-liberation`` flattens this into one constrained sum,
 The value of ``h``'s body is ``h[α]`` itself, so rules that reuse a node's
 value (``exp``, ``tanh``, ``sigmoid``...) read the forward result instead of
 recomputing it at the root.
+
+A definition whose body is a matrix function (``B[i, j] = inv(A)[i, j]``,
+``s = det(A)``) has no element-wise body to accumulate through; its
+contribution to ``dA[r, c]`` is written directly (:func:`matrix_term`), as an
+ordinary sum with no delta, from the seed ``S`` of ``h``, ``h`` itself and
+``inv(A)`` (a new definition ``A_inv = inv(A)`` where the program has none)::
+
+    inv     B = inv(A)      dA[r, c] += -sum[p](B[p, r] * sum[q](S[p, q] * B[c, q]))
+    det     s = det(A)      dA[r, c] += S * s * A_inv[c, r]
+    logdet  s = logdet(A)   dA[r, c] += S * A_inv[c, r]
+    adj     C = adj(A)      dA[r, c] += A_inv[c, r] * sum[p, q](S[p, q] * C[p, q])
+                                        - sum[p](A_inv[p, r] * sum[q](S[p, q] * C[c, q]))
 """
 from __future__ import annotations
 
@@ -35,6 +47,7 @@ from tcc.ir.expr import (
     Const,
     CSum,
     Expr,
+    MatrixFn,
     Sum,
     Unary,
     Where,
@@ -291,6 +304,47 @@ def delta_term(
     return expr
 
 
+def matrix_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str] | None, inverse: str) -> Expr:
+    """The contribution of ``h = fn(A)`` to ``dA[β]`` (the table in the module docstring).
+
+    ``seed`` is ``h``'s adjoint at ``h``'s own indices ``α`` (as for every
+    other term); the rules sum it over ``α`` as ordinary sums.  With ``at``
+    the seed is the delta δ(α, at) (a Jacobian of ``h`` itself): the sums
+    collapse to the point ``α = at``.  ``inverse`` names a definition of
+    ``inv(A)`` (``h`` itself for ``inv``).
+    """
+    body = h.body
+    assert isinstance(body, MatrixFn) and h.extents is not None
+    fn = body.fn
+    r, c = (Affine.var(b) for b in beta)
+
+    def read(name: str, *ix: Affine) -> Access:
+        return Access(name, tuple(ix))
+
+    inv_t = read(inverse, c, r)  # inv(A) transposed at (r, c)
+    if fn in ("det", "logdet"):
+        own = inv_t if fn == "logdet" else _mul(Access(h.name, ()), inv_t)
+        return _mul(seed, own)
+    p, q = h.indices
+    P, Q = Affine.var(p), Affine.var(q)
+    if at is not None:
+        g0, g1 = (Affine.var(g) for g in at)
+        if fn == "inv":
+            return neg(_mul(read(h.name, g0, r), read(h.name, c, g1)))
+        return Binary("-", _mul(inv_t, read(h.name, g0, g1)), _mul(read(inverse, g0, r), read(h.name, c, g1)))
+    zero, last = Affine.constant(0), h.extents[0] - 1
+
+    def total(var: str, e: Expr) -> Expr:
+        return Sum(var, (zero,), (last,), e)
+
+    if fn == "inv":
+        return neg(total(p, _mul(read(h.name, P, r), total(q, _mul(seed, read(h.name, c, Q))))))
+    assert fn == "adj"
+    whole = total(p, total(q, _mul(seed, read(h.name, P, Q))))
+    rows = total(p, _mul(read(inverse, P, r), total(q, _mul(seed, read(h.name, c, Q)))))
+    return Binary("-", _mul(inv_t, whole), rows)
+
+
 def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = False) -> Program:
     """Reverse mode; ``delta`` seeds with Kronecker deltas: the full Jacobian, f's indices first."""
     try:
@@ -356,14 +410,40 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
     lead_ext = tuple(f_ext) if delta else ()
 
     targets = {d.name for d in relevant if d.name != of} | set(wrt)
-    terms: dict[str, list[tuple[Definition, Access, list, Expr]]] = {t: [] for t in targets}
+    # (h, access, chain, inner) of an element-wise term; (h, None, [], seed) of a matrix function's
+    terms: dict[str, list[tuple[Definition, Access | None, list, Expr]]] = {t: [] for t in targets}
     for h in reversed(relevant):
         if delta and h.name == of:
             seed: Expr = ONE
         else:
             seed = Access(adjoint[h.name], lead + tuple(Affine.var(i) for i in h.indices))
+        if isinstance(h.body, MatrixFn):
+            if h.body.tensor in targets:
+                terms[h.body.tensor].append((h, None, [], seed))
+            continue
         for acc, chain, inner in definition_terms(h, seed, targets):
             terms[acc.tensor].append((h, acc, chain, inner))
+
+    # inv(A) for the rules of det, logdet and adj: an existing definition, or a new
+    # one per argument, placed right after the first matrix function that needs it
+    inverses: dict[str, str] = {}
+    for d in program.definitions:
+        if isinstance(d.body, MatrixFn) and d.body.fn == "inv":
+            inverses.setdefault(d.body.tensor, d.name)
+    helpers: dict[str, Definition] = {}  # keyed by the definition they follow
+    for h in relevant:
+        if not isinstance(h.body, MatrixFn) or h.body.fn == "inv" or h.body.tensor in inverses:
+            continue
+        a = h.body.tensor
+        name = allocate(f"{a}_inv")
+        inverses[a] = name
+        # index names need only avoid tensors and sizes (each definition binds its own)
+        avoid = set(program.tensor_names()) | set(program.sizes()) | set(inverses.values())
+        i = fresh_name("i", avoid)
+        j = fresh_name("j", avoid | {i})
+        n = program.extents_of(a)
+        assert n is not None
+        helpers[h.name] = Definition(name, (i, j), MatrixFn("inv", a), (n[0], n[0]))
 
     def extents_of(name: str) -> tuple[Affine, ...]:
         ext = program.extents_of(name)
@@ -381,11 +461,21 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
         body: Expr | None = None
         for h, acc, chain, inner in terms[t]:
             at = gamma if delta and h.name == of else None
-            body = _add(body, delta_term(h, acc, chain, inner, beta, at))
+            if acc is None:  # a matrix function of t; inner is h's seed
+                assert isinstance(h.body, MatrixFn)
+                inverse = h.name if h.body.fn == "inv" else inverses[t]
+                body = _add(body, matrix_term(h, inner, beta, at, inverse))
+            else:
+                body = _add(body, delta_term(h, acc, chain, inner, beta, at))
         new_defs.append(
             Definition(name, tuple(gamma) + tuple(beta), body if body is not None else ZERO, lead_ext + tuple(ext))
         )
 
+    forward: list[Definition] = []
+    for d in program.definitions:
+        forward.append(d)
+        if d.name in helpers:
+            forward.append(helpers[d.name])
     inputs = program.inputs if delta else program.inputs + (TensorDecl(adjoint[of], f_ext),)
     outputs = tuple(adjoint[x] for x in wrt)
-    return Program(inputs, program.definitions + tuple(new_defs), outputs, program.source)
+    return Program(inputs, tuple(forward) + tuple(new_defs), outputs, program.source)

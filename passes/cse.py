@@ -16,6 +16,10 @@ rewrites, both checked by proof so they never read out of bounds:
 
 Subexpressions under a ``where`` whose guard protects their accesses are only
 shared when the accesses are in bounds on the whole domain.
+
+A matrix-function definition (``B[i, j] = inv(A)[i, j]``) is left alone: it is
+never an instance to share, nothing is shared into it, and it gets no
+temporaries (its body is the whole-matrix function, not an expression).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from tcc.ir.expr import (
     Const,
     CSum,
     Expr,
+    MatrixFn,
     Sum,
     Unary,
     Where,
@@ -104,8 +109,8 @@ def share_instances(program: Program) -> Program:
     sizes = program.sizes()
     defs: list[Definition] = []
     for idx, d in enumerate(program.definitions):
-        earlier = [g for g in defs if not isinstance(g.body, (Access, Const))]
-        if not earlier or d.extents is None:
+        earlier = [g for g in defs if not isinstance(g.body, (Access, Const, MatrixFn))]
+        if not earlier or d.extents is None or isinstance(d.body, MatrixFn):
             defs.append(d)
             continue
         base = definition_facts(sizes, d.indices, d.extents)
@@ -179,7 +184,7 @@ def introduce_temporaries(program: Program) -> Program:
     taken.update(dict.fromkeys(sizes))
     out: list[Definition] = []
     for d in program.definitions:
-        if d.extents is None:
+        if d.extents is None or isinstance(d.body, MatrixFn):
             out.append(d)
             continue
         counts = _occurrences(d.body)

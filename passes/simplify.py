@@ -28,6 +28,7 @@ from tcc.ir.expr import (
     Const,
     CSum,
     Expr,
+    MatrixFn,
     Sum,
     Unary,
     Where,
@@ -378,7 +379,7 @@ class _Simplifier:
 
 
 def remove_dead(program: Program) -> Program:
-    """Keep the results and what they read, transitively."""
+    """Keep the results and what they read, transitively (a matrix function reads its argument)."""
     live: set[str] = set(program.results())
     for d in reversed(program.definitions):
         if d.name in live:
@@ -391,6 +392,9 @@ def simplify_program(program: Program) -> Program:
     sizes = program.sizes()
     defs = []
     for d in program.definitions:
+        if isinstance(d.body, MatrixFn):  # a whole-matrix function: nothing to fold, never inlined
+            defs.append(d)
+            continue
         facts = definition_facts(sizes, d.indices, d.extents) if d.extents is not None else program_facts(sizes)
         defs.append(d.with_body(s.expr(d.body, facts)))
     return remove_dead(program.with_definitions(defs))
