@@ -76,22 +76,32 @@ def _names(wrt: str | Sequence[str]) -> list[str]:
 
 def grad(
     program_or_text: Any,
-    of: str,
-    wrt: str | Sequence[str],
+    of: str | None = None,
+    wrt: str | Sequence[str] | None = None,
     passes: str | Sequence[Pass] | None = None,
     instruments: Sequence[Any] = (),
+    *,
+    mode: str = "reverse",
+    seed: str = "input",
 ) -> Any:
     """The derivative program of ``of`` with respect to each of ``wrt``.
 
     Runs the default grad pipeline (:data:`tcc.pipeline.DEFAULT_GRAD_PIPELINE`)
     or ``passes`` (a spec string or Pass instances); passes with ``of`` /
     ``wrt`` options left empty (e.g. a bare ``autodiff``) get these.
+    ``seed="delta"`` gives the full Jacobian instead of a vector-Jacobian
+    product, ``mode="forward"`` the Jacobian-vector product (see
+    :mod:`tcc.derivatives` for compiled Jacobians and Hessians).  Source in
+    Lippmann's ``declare ... derivative wrt x`` form supplies ``of``/``wrt``.
     """
+    from tcc.derivatives import derivative_target
     from tcc.pipeline import fill_grad_options, grad_pipeline, resolve_pipeline, run_pipeline
 
-    program = _program(program_or_text)
-    wrt = _names(wrt)
-    pipeline = grad_pipeline(of, wrt) if passes is None else fill_grad_options(resolve_pipeline(passes), of, wrt)
+    program, of, wrt = derivative_target(program_or_text, of, wrt)
+    if passes is None:
+        pipeline = grad_pipeline(of, wrt, mode=mode, seed=seed)
+    else:
+        pipeline = fill_grad_options(resolve_pipeline(passes), of, wrt)
     return run_pipeline(program, pipeline, instruments=instruments)
 
 

@@ -31,6 +31,9 @@ from tcc.registry import get_pass_class
 DEFAULT_GRAD_PIPELINE = (
     "infer-ranges,autodiff{{of={of} wrt={wrt}}},sum-liberation,index-solve,range-bound,simplify,cse"
 )
+#: Forward mode reads its inputs at the same indices as the function: a gather
+#: by construction, with no constrained sums to solve.
+DEFAULT_FORWARD_PIPELINE = "infer-ranges,autodiff{{of={of} wrt={wrt} mode=forward}},simplify,cse"
 
 
 class Instrument(Protocol):
@@ -227,11 +230,17 @@ def resolve_pipeline(passes: str | Sequence[Pass]) -> list[Pass]:
     return out
 
 
-def grad_pipeline(of: str, wrt: Sequence[str] | str) -> list[Pass]:
-    """The default derivative pipeline for ``d of / d wrt``."""
+def grad_pipeline(of: str, wrt: Sequence[str] | str, mode: str = "reverse", seed: str = "input") -> list[Pass]:
+    """The default derivative pipeline for ``d of / d wrt``.
+
+    ``mode``/``seed`` are the options of ``autodiff``: ``seed="delta"`` gives
+    the full Jacobian, ``mode="forward"`` the Jacobian-vector product.
+    """
     if isinstance(wrt, str):
         wrt = [w.strip() for w in wrt.split(",") if w.strip()]
-    return parse_pipeline(DEFAULT_GRAD_PIPELINE.format(of=of, wrt=",".join(wrt)))
+    spec = DEFAULT_FORWARD_PIPELINE if mode == "forward" else DEFAULT_GRAD_PIPELINE
+    passes = parse_pipeline(spec.format(of=of, wrt=",".join(wrt)))
+    return [dataclasses.replace(p, mode=mode, seed=seed) if p.name == "autodiff" else p for p in passes]
 
 
 def fill_grad_options(passes: Sequence[Pass], of: str, wrt: Sequence[str]) -> list[Pass]:

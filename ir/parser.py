@@ -29,7 +29,23 @@ from typing import Iterable, Iterator
 
 from tcc.diagnostics import TccError
 
-from .expr import MATRIX_FUNCTIONS, UNARY_FUNCTIONS, Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where
+from .einstein import TensorExprParser, starts_tensor_expression
+from .expr import (
+    MATRIX_FUNCTIONS,
+    UNARY_FUNCTIONS,
+    Access,
+    Binary,
+    Const,
+    CSum,
+    Expr,
+    MatrixFn,
+    Sum,
+    Unary,
+    Where,
+    bound_vars,
+    free_names,
+    postorder,
+)
 from .index import Affine, And, Compare, Cond, Not, Or
 from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
 from .program import Definition, Loc, Program, SourceMap, TensorDecl
@@ -117,6 +133,8 @@ class Parser:
         declared: dict[str, Token] = {}  # every declared name (input, output, local)
         fixed: list[tuple[str, str, Token, tuple[Affine, ...] | None]] = []  # output/local decls
         defs: dict[str, tuple[Token, tuple[str, ...], Expr]] = {}
+        shapes: dict[str, tuple[Affine, ...] | None] = {}  # extents known while parsing (for whole-tensor forms)
+        whole: set[str] = set()  # definitions written as whole-tensor expressions
         while True:
             while self.peek().kind == "NEWLINE":
                 self.advance()
@@ -137,6 +155,7 @@ class Parser:
                     declared[ntok.value] = ntok
                     if tok.value == "input":
                         inputs.append(TensorDecl(ntok.value, extents or (), ntok.loc))
+                        shapes[ntok.value] = extents or ()
                     else:
                         fixed.append((tok.value, ntok.value, ntok, extents))
                     if not self.peek().is_op(","):
@@ -163,12 +182,23 @@ class Parser:
                         break
                 self.expect("=")
                 self.scope = list(indices)
-                if self.peek().is_word(*MATRIX_FUNCTIONS) and self.peek(1).is_op("("):
+                orders = {d.name: len(d.extents) for d in inputs} | {n: len(v[1]) for n, v in defs.items()}
+                if not indices and starts_tensor_expression(self, orders):
+                    taken = set(declared) | set(defs) | {n for d in inputs for e in d.extents for n in e.names()}
+                    tp = TensorExprParser(self, orders, shapes, taken)
+                    outlined, d = tp.definition(ntok.value, ntok)
+                    for o in outlined + [d]:
+                        defs[o.name] = (ntok, o.indices, o.body)
+                        shapes[o.name] = o.extents
+                        whole.add(o.name)
+                    body = d.body
+                elif self.peek().is_word(*MATRIX_FUNCTIONS) and self.peek(1).is_op("("):
                     body = self.matrix_definition(ntok, indices)
+                    defs[ntok.value] = (ntok, tuple(indices), body)
                 else:
                     body = self.expr()
+                    defs[ntok.value] = (ntok, tuple(indices), body)
                 self.scope = []
-                defs[ntok.value] = (ntok, tuple(indices), body)
             else:
                 raise self.unexpected("a declaration or definition", tok)
             if not self.at_end_of_statement():
@@ -181,12 +211,40 @@ class Parser:
             if ext is None and not defs[name][1]:
                 ext = ()  # `output g` for a scalar definition g
             extents_of[name] = ext
+        sizes = {n for d in inputs for e in d.extents for n in e.names()}
         definitions = tuple(
-            Definition(name, indices, body, extents_of.get(name), ntok.loc)
+            Definition(
+                name,
+                indices,
+                body if name in whole else self.implicit_sums(ntok, body, indices, sizes),
+                extents_of[name] if name in extents_of else (shapes.get(name) if name in whole else None),
+                ntok.loc,
+            )
             for name, (ntok, indices, body) in defs.items()
         )
         outputs = tuple(name for kind, name, _, _ in fixed if kind == "output")
         return Program(tuple(inputs), definitions, outputs, source=self.source)
+
+    def implicit_sums(self, ntok: Token, body: Expr, indices: Iterable[str], sizes: set[str]) -> Expr:
+        """Tensor Comprehensions' rule: an index only on the right is summed over the whole right-hand side.
+
+        ``y[i] = A[i, j] * x[j]`` is ``y[i] = sum[j](A[i, j] * x[j])``; the sums
+        nest in order of first appearance and their ranges are inferred.
+        """
+        bound = set(indices) | sizes
+        free = [n for n in free_names(body) if n not in bound]
+        if free:
+            inner = {v for node in postorder(body) for v in bound_vars(node)}
+            for n in free:
+                if n in inner:
+                    raise self.error(
+                        f"index '{n}' of '{ntok.value}' is summed implicitly (it is not on the left-hand side) "
+                        f"and also names a sum inside it: rename one of them",
+                        ntok,
+                    )
+        for n in reversed(free):
+            body = Sum(n, (), (), body)
+        return body
 
     def matrix_definition(self, ntok: Token, indices: list[str]) -> Expr:
         """``B[i, j] = inv(A)[i, j]`` or ``s = det(A)``: the whole body, indices as on the left."""
@@ -527,7 +585,11 @@ def _run(text: str, filename: str, fn):  # noqa: ANN001, ANN202
 
 
 def parse_program(text: str, filename: str = "<input>") -> Program:
-    """Parse a whole program; raises :class:`TccError` on any mistake."""
+    """A program in the tcc language, or in Lippmann's ``declare ...`` form (:mod:`tcc.ir.lippmann`)."""
+    from .lippmann import is_lippmann, parse_lippmann
+
+    if is_lippmann(text):
+        return parse_lippmann(text, filename).program
     return _run(text, filename, lambda p: p.program())
 
 

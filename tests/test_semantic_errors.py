@@ -52,11 +52,12 @@ LOCATED = [
         "'a' has 1 dimension but a[i, i] gives 2 indices",
     ),
     (
-        "unbound",
-        "input x[4]\nf[i] = x[i] + x[l]\n",
+        "implicit-sum-shadows",
+        "input x[4]\nf[i] = x[l] + sum[l](x[l])\n",
         ("--of", "f", "--wrt", "x"),
-        2, 15,
-        "unbound index 'l' in x[l]",
+        2, 1,
+        "index 'l' of 'f' is summed implicitly (it is not on the left-hand side) and also names a sum inside it: "
+        "rename one of them",
     ),
     (
         "non-affine",

@@ -1,0 +1,132 @@
+"""Jacobians, Hessians and Jacobian-vector products as programs and as compiled callables.
+
+    H = tcc.hessian("examples/quadratic_form.tcc", of="f", wrt="x")
+    print(H.program)            # dx2[i, j] = A[i, j] + A[j, i]: no sum, no seed
+    H(x=x, A=A)                 # the (n, n) Hessian, compiled with llvmlite
+
+The Jacobian is the reverse-mode derivative with the seed ``df`` replaced by
+Kronecker deltas (seed 000, sec. 5.3; ``autodiff{seed=delta}``): the sum over
+f's domain collapses, so the program computes every entry directly, and the
+index solver removes the deltas the derivative rules introduce.  The Hessian
+is the Jacobian of the Jacobian (the derivative language is closed), which is
+how Laue et al. (seed 004) get compact expressions where frameworks run one
+Hessian-vector product per row.  The JVP is forward mode
+(``autodiff{mode=forward}``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from tcc.diagnostics import TccError
+
+__all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "hessian", "jvp", "Derivative",
+           "derivative_target"]
+
+
+def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[str] | None) -> tuple[Any, str, list[str]]:
+    """``(program, of, wrt)``; Lippmann's ``declare ... derivative wrt x`` form supplies missing ones."""
+    from tcc.api import _names, read_source, _looks_like_path
+    from tcc.ir.lippmann import is_lippmann, parse_lippmann
+    from tcc.ir.parser import parse_program
+
+    if isinstance(program_or_text, (str, os.PathLike)):
+        if isinstance(program_or_text, os.PathLike) or _looks_like_path(program_or_text):
+            text, name = read_source(program_or_text)
+        else:
+            text, name = program_or_text, "<string>"
+        if is_lippmann(text):
+            problem = parse_lippmann(text, name)
+            return problem.program, of or problem.of, _names(wrt) if wrt else [problem.wrt]
+        program = parse_program(text, name)
+    else:
+        program = program_or_text
+    if not of or not wrt:
+        raise TccError("a derivative needs the definition (of=...) and the inputs (wrt=...)")
+    return program, of, _names(wrt)
+
+
+def _run(program: Any, of: str, wrt: Sequence[str], mode: str, seed: str, instruments: Sequence[Any]) -> Any:
+    from tcc.pipeline import grad_pipeline, run_pipeline
+
+    return run_pipeline(program, grad_pipeline(of, list(wrt), mode=mode, seed=seed), instruments=instruments)
+
+
+def jacobian_program(program: Any, of: str | None = None, wrt: str | Sequence[str] | None = None,
+                     instruments: Sequence[Any] = ()) -> Any:
+    """The program of the full Jacobian ``d of / d x`` for each x in ``wrt`` (f's indices first)."""
+    program, of, wrt = derivative_target(program, of, wrt)
+    return _run(program, of, wrt, "reverse", "delta", instruments)
+
+
+def hessian_program(program: Any, of: str | None = None, wrt: str | None = None,
+                    instruments: Sequence[Any] = ()) -> Any:
+    """The program of the Hessian of ``of`` w.r.t. one input x: shape f + x + x."""
+    program, of, names = derivative_target(program, of, wrt)
+    if len(names) != 1:
+        raise TccError(f"a Hessian is taken with respect to one input, not {len(names)} ({', '.join(names)})")
+    first = _run(program, of, names, "reverse", "delta", instruments)
+    (grad,) = first.outputs
+    return _run(first, grad, names, "reverse", "delta", instruments)
+
+
+def jvp_program(program: Any, of: str | None = None, wrt: str | Sequence[str] | None = None,
+                instruments: Sequence[Any] = ()) -> Any:
+    """The forward-mode program: tangent inputs ``dx`` (x's shape) give ``df`` = Σ J_x · dx."""
+    program, of, wrt = derivative_target(program, of, wrt)
+    return _run(program, of, wrt, "forward", "input", instruments)
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """A compiled derivative: ``D(**inputs)`` returns its array (a dict by input name for several)."""
+
+    program: Any       # the derivative program (print it to see the expression)
+    compiled: Any      # the :class:`tcc.runtime.CompiledProgram`
+    results: dict[str, str]  # what the call returns: key -> definition
+
+    def __call__(self, **arrays: Any) -> Any:
+        values = self.compiled(**arrays)
+        out = {key: values[name] for key, name in self.results.items()}
+        return next(iter(out.values())) if len(out) == 1 else out
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.program.inputs)
+
+    def __str__(self) -> str:
+        return str(self.program)
+
+
+def _compiled(program: Any, results: dict[str, str], target: str, dtype: Any, threads: int | None,
+              passes: Any) -> Derivative:
+    from tcc.build import build
+
+    return Derivative(program, build(program, target=target, dtype=dtype, passes=passes, threads=threads), results)
+
+
+def jacobian(program: Any, of: str | None = None, wrt: str | Sequence[str] | None = None, *, target: str = "cpu",
+             dtype: Any = "float64", threads: int | None = None, passes: Any = None) -> Derivative:
+    """The compiled Jacobian: ``J(**inputs)`` is an array of shape f + x (a dict by x for several)."""
+    program, of, names = derivative_target(program, of, wrt)
+    dp = jacobian_program(program, of, names)
+    return _compiled(dp, dict(zip(names, dp.outputs)), target, dtype, threads, passes)
+
+
+def hessian(program: Any, of: str | None = None, wrt: str | None = None, *, target: str = "cpu",
+            dtype: Any = "float64", threads: int | None = None, passes: Any = None) -> Derivative:
+    """The compiled Hessian: ``H(**inputs)`` is an array of shape f + x + x."""
+    program, of, names = derivative_target(program, of, wrt)
+    dp = hessian_program(program, of, names)
+    return _compiled(dp, {names[0]: dp.outputs[0]}, target, dtype, threads, passes)
+
+
+def jvp(program: Any, of: str | None = None, wrt: str | Sequence[str] | None = None, *, target: str = "cpu",
+        dtype: Any = "float64", threads: int | None = None, passes: Any = None) -> Derivative:
+    """The compiled Jacobian-vector product: ``T(**inputs, dx=...)`` is the tangent of f."""
+    program, of, names = derivative_target(program, of, wrt)
+    dp = jvp_program(program, of, names)
+    return _compiled(dp, {of: dp.outputs[0]}, target, dtype, threads, passes)
