@@ -126,12 +126,17 @@ def _ensure_libm() -> None:
 
 @dataclass(frozen=True)
 class KernelEntry:
-    """One compiled kernel: ``fn(bufs, sizes, part, nparts)``; ``parallel`` if it may be split."""
+    """One compiled kernel: ``fn(bufs, sizes, part, nparts)``; ``parallel`` if it may be split.
+
+    An external kernel (``extern inv(A) -> B``) has no code: ``fn`` is None,
+    ``symbol`` empty and ``extern`` the statement the runtime runs itself.
+    """
 
     name: str
     symbol: str
     fn: Any
     parallel: bool
+    extern: Any = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,6 +162,9 @@ def jit(llvm_module: LLVMModule) -> CpuExecutable:
         engine.run_static_constructors()
         entries = []
         for kernel, symbol in zip(llvm_module.program.kernels, llvm_module.kernel_symbols):
+            if kernel.extern is not None:
+                entries.append(KernelEntry(kernel.name, "", None, False, kernel.extern))
+                continue
             address = engine.get_function_address(symbol)
             if not address:
                 raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")

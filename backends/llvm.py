@@ -77,6 +77,15 @@ runs, and is tested, on machines without a GPU.
 Everything target-specific (triple, data layout, which math functions are
 LLVM intrinsics and how library math functions are named) lives in
 :class:`Target`, so the CUDA backend can reuse :func:`lower_program`.
+
+External kernels
+----------------
+A kernel that is ``extern inv(A) -> B`` (a matrix function,
+:attr:`tcc.ir.loops.Kernel.extern`) produces no LLVM function: the runtime
+runs it with LAPACK through NumPy between the compiled kernels.  Its entry in
+``kernel_symbols`` is ``""`` and the printed module lists it in a comment.
+Target ``cuda`` refuses such programs (:func:`cuda_refusal`); ``cuda-sim``
+runs them on the host like the CPU.
 """
 from __future__ import annotations
 
@@ -99,6 +108,7 @@ __all__ = [
     "grid_band",
     "band_extents",
     "kernel_symbol",
+    "cuda_refusal",
     "lower_program",
     "DTYPES",
     "POW_UNROLL_LIMIT",
@@ -140,11 +150,21 @@ class LLVMModule:
     ptx_version: int = 0  # PTX ISA version times ten (78 = 7.8); 0 = LLVM's minimum for arch
 
     def __str__(self) -> str:
-        return str(self.module)
+        return self.externs_comment() + str(self.module)
 
     @property
     def text(self) -> str:
         return str(self.module)
+
+    def externs_comment(self) -> str:
+        """``;`` lines naming the external kernels, which have no code in the module."""
+        lines = [
+            f"; kernel {k.name}: extern {k.extern.fn}({k.extern.arg}) -> {k.extern.out}"
+            " runs on the host (LAPACK through NumPy), between the compiled kernels\n"
+            for k in self.program.kernels
+            if k.extern is not None
+        ]
+        return "".join(lines)
 
     def parse(self):
         """The module as LLVM's own ``ModuleRef``, verified.
@@ -281,6 +301,16 @@ def band_extents(band: tuple[For, ...], sizes: Mapping[str, int]) -> tuple[int, 
     return tuple(counts)
 
 
+def cuda_refusal(fn: str, arg: str, out: str, loc=None, source=None) -> TccError:  # noqa: ANN001
+    """The error for a matrix function in a program compiled for target cuda."""
+    return TccError(
+        f"{fn}({arg}) (definition '{out}') is computed by LAPACK on the host; the cuda target does not "
+        "support matrix functions yet: compile for the cpu",
+        loc,
+        source,
+    )
+
+
 def kernel_symbol(index: int, kernel: Kernel) -> str:
     return f"tcc_{index}_{_UNSAFE.sub('_', kernel.name)}"
 
@@ -329,7 +359,14 @@ def lower_program(
         module.add_named_metadata("llvm.module.flags", [ir.Constant(I32, 4), "nvvm-reflect-ftz", ir.Constant(I32, 0)])
     elt = ir.DoubleType() if dtype == "float64" else ir.FloatType()
     symbols = []
+    for kernel in program.kernels:
+        ext = kernel.extern
+        if ext is not None and tgt.abi == "grid":
+            raise cuda_refusal(ext.fn, ext.arg, ext.out)
     for index, kernel in enumerate(program.kernels):
+        if kernel.extern is not None:
+            symbols.append("")  # run by the runtime on the host: no code here
+            continue
         symbol = kernel_symbol(index, kernel)
         _KernelLowering(module, program, kernel, symbol, elt, dtype, tgt, reassociate, contract).run()
         symbols.append(symbol)

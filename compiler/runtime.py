@@ -18,6 +18,13 @@ pool: ctypes releases the GIL for the duration of a foreign call, so the parts
 run truly in parallel.  Kernels run in order; a kernel starts when every part
 of the previous one has finished.
 
+External kernels (``extern inv(A) -> B``: a matrix function) have no code;
+:func:`run_extern` computes them here with LAPACK through NumPy
+(:func:`tcc.interpreter.matrix_function`, the interpreter's own code) on the
+bound arrays, in kernel order, writing the result into the output array in
+place.  They run on the calling thread (NumPy's BLAS may use its own
+threads), after every part of the previous kernel has finished.
+
 Target ``cuda-sim`` runs the CUDA backend's grid kernels on the host: each
 kernel is "launched" with the shape the CUDA runtime's
 :func:`tcc.backends.cuda.launch_shape` picks, with deliberately tiny blocks
@@ -38,7 +45,7 @@ import numpy as np
 from tcc.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
-__all__ = ["CallError", "CompiledProgram", "default_threads", "SIM_BLOCK", "SIM_MAX_BLOCKS"]
+__all__ = ["CallError", "CompiledProgram", "default_threads", "run_extern", "SIM_BLOCK", "SIM_MAX_BLOCKS"]
 
 #: cuda-sim launch shape: threads per block and the most blocks (24 simulated threads in all)
 SIM_BLOCK = 8
@@ -55,6 +62,14 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
+
+
+def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
+    """Run the external kernel ``extern fn(arg) -> out`` on the bound arrays, writing ``out`` in place."""
+    from tcc.interpreter import matrix_function
+
+    out = buffers[stmt.out]
+    out[...] = matrix_function(stmt.fn, buffers[stmt.arg], f"definition '{stmt.out}'")
 
 
 _POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
@@ -204,12 +219,17 @@ class CompiledProgram:
             from tcc.backends.cuda import launch_shape
 
             for k, band in zip(self.executable.kernels, self._bands):
+                if k.extern is not None:
+                    run_extern(k.extern, buffers)
+                    continue
                 blocks, block = launch_shape(band, sizes, SIM_BLOCK, SIM_MAX_BLOCKS)
                 if blocks:
                     k.fn(ptrs, size_vals, blocks, block)
             return {n: buffers[n] for n in self.results}
         for k in self.executable.kernels:
-            if k.parallel and threads > 1:
+            if k.extern is not None:
+                run_extern(k.extern, buffers)
+            elif k.parallel and threads > 1:
                 pool = _pool(threads)
                 futures = [pool.submit(k.fn, ptrs, size_vals, part, threads) for part in range(threads)]
                 for f in futures:

@@ -12,6 +12,11 @@ and TACO's imperative IRs were the models):
 * **kernels** -- run in order; each is a statement list, usually one loop nest
   per L1 definition.  A ``For`` marked ``parallel`` at the top of a kernel is
   split over threads by the runtime (CPU) or over GPU threads.
+* **external kernels** -- a kernel whose body is the single statement
+  :class:`Extern` (``extern inv(A) -> B``) computes a matrix function of a
+  whole buffer outside compiled code (LAPACK through NumPy, on the host).
+  It reads ``A`` and writes all of ``B``; L2 passes leave such kernels alone
+  and never move code across them.
 
 Scalar expressions are L1 expression nodes (:mod:`tcc.ir.expr`) without
 ``Sum``/``CSum``: ``Access(buf, idx)`` is a load, ``Access(name, ())`` of a
@@ -116,7 +121,20 @@ class If:
     orelse: tuple["Stmt", ...] = ()
 
 
-Stmt = Union[For, Let, Local, Store, Accumulate, If]
+@dataclass(frozen=True)
+class Extern:
+    """``extern fn(arg) -> out``: a matrix function (``inv``, ``adj``, ``det``,
+    ``logdet``; :data:`tcc.ir.expr.MATRIX_FUNCTIONS`) of the whole square
+    buffer ``arg``, written to all of ``out`` by the runtime (LAPACK through
+    NumPy), not by compiled code.  It is always the whole body of its kernel
+    (:attr:`Kernel.extern`)."""
+
+    fn: str
+    out: str
+    arg: str
+
+
+Stmt = Union[For, Let, Local, Store, Accumulate, If, Extern]
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,13 @@ class Kernel:
 
     name: str
     body: tuple[Stmt, ...]
+
+    @property
+    def extern(self) -> Extern | None:
+        """The external computation this kernel is, if its body is one :class:`Extern`."""
+        if len(self.body) == 1 and isinstance(self.body[0], Extern):
+            return self.body[0]
+        return None
 
     @property
     def parallel_loop(self) -> For | None:
@@ -246,6 +271,8 @@ def format_stmts(body: tuple[Stmt, ...], indent: int = 1, printer: _Printer | No
                 lines.append(pad + "} else {")
                 lines += format_stmts(s.orelse, indent + 1, p)
             lines.append(pad + "}")
+        elif isinstance(s, Extern):
+            lines.append(f"{pad}extern {s.fn}({s.arg}) -> {s.out}")
         else:  # pragma: no cover - closed set
             raise TypeError(f"not an L2 statement: {s!r}")
     return lines
@@ -376,6 +403,8 @@ def substitute_stmts(
         elif isinstance(s, Accumulate):
             target = scalars.get(s.target, s.target) if not s.indices else s.target
             out.append(Accumulate(target, aff(s.indices), expr(s.value)))
+        elif isinstance(s, Extern):
+            out.append(s)  # whole buffers: no indices or scalars to rename
         else:  # pragma: no cover - closed set
             raise TypeError(f"not an L2 statement: {s!r}")
     return tuple(out)

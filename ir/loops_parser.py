@@ -10,6 +10,7 @@
               | 'let' NAME '=' expr
               | 'local' NAME '=' expr
               | 'if' cond block ('else' block)?       'else' on the line of the '}'
+              | 'extern' FN '(' NAME ')' '->' NAME     FN: inv, adj, det, logdet
               | NAME ('[' index (',' index)* ']')? ('=' | '+=') expr
 
 Every statement ends at the end of its line.  Expressions, index expressions,
@@ -19,10 +20,11 @@ the L1 lexer has no braces, so ``{`` and ``}`` are cut out of the text before
 it sees it and put back into its token stream at their positions.  ``#``
 comments (the ``# tcc loops`` header, dump headers) are ignored.
 
-``for``, ``let``, ``if``, ``parallel`` and ``kernel`` are not reserved (L1
-programs may use them as names): a statement is a loop only when ``for`` is
-followed by a name, a ``let`` when ``let`` is, an ``if`` when the next token
-cannot follow a buffer name (``[``, ``=`` or ``+=``).
+``for``, ``let``, ``if``, ``parallel``, ``kernel`` and ``extern`` are not
+reserved (L1 programs may use them as names): a statement is a loop only when
+``for`` is followed by a name, a ``let`` when ``let`` is, an ``if`` when the
+next token cannot follow a buffer name (``[``, ``=`` or ``+=``), an external
+kernel when ``extern`` is followed by a matrix function's name.
 
 Only syntax is checked here; :func:`tcc.ir.loops_verifier.verify_loops` checks
 names, ranks, scopes and parallel loops.  Statements and buffers are recorded
@@ -36,10 +38,10 @@ from typing import Iterator
 
 from tcc.diagnostics import TccError
 
-from .expr import Expr
+from .expr import MATRIX_FUNCTIONS, Expr
 from .index import Affine
 from .lexer import Token, tokenize
-from .loops import ROLES, Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+from .loops import ROLES, Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from .parser import MAX_DEPTH, Parser
 from .program import Loc, SourceMap
 
@@ -208,6 +210,8 @@ class LoopParser(Parser):
             s = Local(name, self.expr())
         elif tok.is_word("if") and not (nxt.is_op("[", "=") or self.accumulate_op(1)):
             s = self.if_stmt()
+        elif tok.is_word("extern") and nxt.is_word(*MATRIX_FUNCTIONS):
+            s = self.extern()
         elif tok.kind == "NAME":
             s = self.assignment()
         else:
@@ -234,6 +238,21 @@ class LoopParser(Parser):
             self.advance()
             orelse = self.block("else")
         return If(cond, then, orelse)
+
+    def extern(self) -> Extern:
+        """``extern inv(A) -> B`` (the lexer has no ``->``: ``-`` directly followed by ``>``)."""
+        self.advance()  # 'extern'
+        fn = self.advance().value
+        self.expect("(")
+        arg = self.name("a buffer name").value
+        self.expect(")")
+        minus, gt = self.peek(), self.peek(1)
+        if not (minus.is_op("-") and gt.is_op(">") and gt.pos == minus.end):
+            raise self.unexpected("'->'")
+        self.advance()
+        self.advance()
+        out = self.name("a buffer name").value
+        return Extern(fn, out, arg)
 
     def accumulate_op(self, k: int = 0) -> bool:
         """``+`` directly followed by ``=`` at lookahead ``k`` (the lexer has no ``+=``)."""

@@ -21,6 +21,11 @@ those statements' children.  A ``let`` is immutable: it is never the target of
 **Buffers.** Every access names a declared buffer with as many indices as its
 rank; inputs are never written.  Scalar expressions hold no ``Sum``/``CSum``.
 
+**External kernels.** ``extern fn(A) -> B`` is the whole body of its kernel;
+``fn`` is a matrix function, ``A`` a declared buffer of rank 2 whose two
+extents are the same expression, and ``B`` another buffer, not an input, of
+shape ``A``'s (``inv``, ``adj``) or 0-d (``det``, ``logdet``).
+
 **Parallel loops** must be race-free, which is checked conservatively (a
 rejected loop may be fine; an accepted one is).  In ``parallel for v``:
 
@@ -49,9 +54,24 @@ from typing import Callable, Union
 
 from tcc.diagnostics import TccError
 
-from .expr import Access, CSum, Expr, Sum, Where, postorder
-from .index import Affine
-from .loops import ROLES, Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, strides_with, walk_stmts
+from .expr import MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, postorder
+from .index import Affine, format_affine
+from .loops import (
+    ROLES,
+    Accumulate,
+    Buffer,
+    Extern,
+    For,
+    If,
+    Kernel,
+    Let,
+    Local,
+    LoopProgram,
+    Stmt,
+    Store,
+    strides_with,
+    walk_stmts,
+)
 from .program import Loc, SourceMap
 
 __all__ = ["verify_loops"]
@@ -180,6 +200,8 @@ class _Verifier:
             self.block(s.then)
             self.stmt = s
             self.block(s.orelse)
+        elif isinstance(s, Extern):
+            self.extern(s)
         else:
             raise self.error(f"not an L2 statement: {type(s).__name__}")
 
@@ -205,6 +227,33 @@ class _Verifier:
         self.stmt = s
         if s.parallel:
             self.check_race(self.parallel.pop())
+
+    def extern(self, s: Extern) -> None:
+        call = f"extern {s.fn}({s.arg}) -> {s.out}"
+        if self.kernel is None or self.kernel.body != (s,):
+            raise self.error(f"'{call}' must be the only statement of its kernel")
+        if s.fn not in MATRIX_FUNCTIONS:
+            raise self.error(f"unknown matrix function '{s.fn}' in '{call}'")
+        arg = self.buffers.get(s.arg)
+        if arg is None:
+            raise self.error(f"undeclared buffer '{s.arg}' in '{call}'")
+        if arg.rank != 2:
+            raise self.error(f"{s.fn} needs a matrix: '{s.arg}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
+        if arg.shape[0] != arg.shape[1]:
+            shape = " x ".join(format_affine(e) for e in arg.shape)
+            raise self.error(f"{s.fn} needs a square matrix: '{s.arg}' is {shape}")
+        out = self.buffers.get(s.out)
+        if out is None:
+            raise self.error(f"undeclared buffer '{s.out}' in '{call}'")
+        if out.role == "input":
+            raise self.error(f"cannot write to input '{s.out}': {call}")
+        if s.out == s.arg:
+            raise self.error(f"'{call}' writes the buffer it reads")
+        want = arg.shape if MATRIX_FUNCTIONS[s.fn] else ()
+        if out.shape != want:
+            have = " x ".join(format_affine(e) for e in out.shape) or "0-d"
+            need = " x ".join(format_affine(e) for e in want) or "0-d"
+            raise self.error(f"'{s.out}' is {have}, but {s.fn}({s.arg}) is {need}")
 
     def define_scalar(self, name: str, kind: str) -> None:
         if name in self.sizes:

@@ -276,7 +276,8 @@ def fuse_program(program: LoopProgram, full: bool = False) -> LoopProgram:
     fuser = _Fuser(program, full)
     out: list[Kernel] = []
     for k in program.kernels:
-        if out:
+        # an external kernel (extern inv(A) -> B) has no loops: nothing fuses with it or across it
+        if out and k.extern is None and out[-1].extern is None:
             fused = fuser.fuse(out[-1], k)
             if fused is not None:
                 out[-1] = fused

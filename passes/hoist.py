@@ -54,6 +54,8 @@ factoring leaves behind may move further), then extract.
 
 The dataflow helpers at the top of this module (names used, written and
 defined by statements; access checks) are shared by the other L2 passes.
+They see an external kernel's ``extern inv(A) -> B`` as reading ``A`` and
+writing ``B``; the pass itself leaves external kernels alone.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ from typing import Callable, Iterable, Sequence
 
 from tcc.ir.expr import Access, Binary, Const, Expr, Unary, Where, fresh_name, postorder, transform
 from tcc.ir.index import Affine, Compare, Cond, compare, make_and, negate
-from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, children
+from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, children
 from tcc.ir.polyhedra import Facts, program_facts
 from tcc.pass_base import Level, Pass, PassContext
 
@@ -117,6 +119,8 @@ def read_names(body: Sequence[Stmt]) -> set[str]:
             used = affine_names(s.indices) | expr_names(s.value)
         elif isinstance(s, Accumulate):
             used = affine_names(s.indices) | expr_names(s.value)
+        elif isinstance(s, Extern):
+            used = {s.arg}
         else:  # pragma: no cover - closed set
             raise TypeError(s)
         free |= used - bound
@@ -139,6 +143,8 @@ def outer_writes(body: Sequence[Stmt]) -> set[str]:
             out.add(s.buffer)
         elif isinstance(s, Accumulate):
             out.add(s.target)
+        elif isinstance(s, Extern):
+            out.add(s.out)
         elif isinstance(s, For):
             out |= outer_writes(s.body) - _declared(s.body)
         elif isinstance(s, If):
@@ -160,6 +166,8 @@ def all_writes(body: Sequence[Stmt]) -> set[str]:
             out.add(s.buffer)
         elif isinstance(s, Accumulate):
             out.add(s.target)
+        elif isinstance(s, Extern):
+            out.add(s.out)
     return out
 
 
@@ -204,6 +212,8 @@ def map_exprs(body: Sequence[Stmt], fn: Callable[[Expr], Expr]) -> tuple[Stmt, .
             out.append(replace(s, init=fn(s.init)))
         elif isinstance(s, (Store, Accumulate)):
             out.append(replace(s, value=fn(s.value)))
+        elif isinstance(s, Extern):
+            out.append(s)  # no scalar expressions
         else:  # pragma: no cover
             raise TypeError(s)
     return tuple(out)
@@ -828,6 +838,8 @@ def names_read_anywhere(body: Sequence[Stmt]) -> set[str]:
             out |= expr_names(s.init)
         elif isinstance(s, (Store, Accumulate)):
             out |= expr_names(s.value) | affine_names(s.indices)
+        elif isinstance(s, Extern):
+            out.add(s.arg)
     return out
 
 
@@ -869,6 +881,9 @@ def hoist_program(
     top = program_facts(program.sizes)
     kernels: list[Kernel] = []
     for k in program.kernels:
+        if k.extern is not None:  # an external kernel: no loops, nothing to move
+            kernels.append(k)
+            continue
         body = k.body
         pinned = len(body) == 1 and isinstance(body[0], For)
         if licm:
@@ -885,7 +900,7 @@ def hoist_program(
         ex = _Extract(program, checker, taken, extract_lets)
         out: list[Kernel] = []
         for k in kernels:
-            out.extend(ex.kernels(k))
+            out.extend([k] if k.extern is not None else ex.kernels(k))
         kernels = [replace(k, body=prune_dead(k.body)) for k in out]
         temps = ex.temps
     return replace(program, buffers=program.buffers + tuple(temps), kernels=tuple(kernels))

@@ -86,7 +86,9 @@ class _Interchange:
 
 def interchange_program(program: LoopProgram) -> LoopProgram:
     it = _Interchange(program)
-    return program.with_kernels(tuple(Kernel(k.name, it.stmts(k.body, set())) for k in program.kernels))
+    return program.with_kernels(
+        tuple(k if k.extern is not None else Kernel(k.name, it.stmts(k.body, set())) for k in program.kernels)
+    )
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ turns into control flow (its untaken branch may read out of bounds).
 A node used more than once in a body (hash-consing makes repeats the same
 object) is computed once into a ``let``: LLVM would merge repeated arithmetic
 itself, but not repeated reductions or libm calls.
+
+A matrix-function definition (``B[i, j] = inv(A)[i, j]``, ``s = det(A)``) is
+not a loop nest: it becomes an *external kernel* whose whole body is
+``extern inv(A) -> B``, run by the runtime with LAPACK through NumPy.
 """
 from __future__ import annotations
 
@@ -28,9 +32,9 @@ from dataclasses import dataclass
 
 from tcc.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder
+from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
-from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.program import Definition, Program
 from tcc.pass_base import Level, Pass, PassContext
 
@@ -225,6 +229,8 @@ class _BodyLowering:
                 return self.value(csum_to_sums(e, set(self.taken) | set(all_names(e))), out)
             except UnboundedSum as exc:
                 raise TccError(f"cannot lower '{self.d.name}': {exc}") from None
+        if isinstance(e, MatrixFn):
+            raise TccError(f"cannot lower '{self.d.name}': {e} is not element-wise (only a whole definition can be one)")
         raise TypeError(f"cannot lower {type(e).__name__}")
 
     def where(self, e: Where, out: list[Stmt]) -> Expr:
@@ -279,6 +285,8 @@ def lower_definition(d: Definition, taken: set[str], sizes: set[str]) -> list[Ke
     """The kernels computing ``d`` (a zero-fill kernel first when its guard tightened the nest)."""
     if d.extents is None:
         raise TccError(f"cannot lower '{d.name}': its extents are unknown (run infer-ranges first)")
+    if isinstance(d.body, MatrixFn):
+        return [Kernel(d.name, (Extern(d.body.fn, d.name, d.body.tensor),))]
     idx = [Affine.var(v) for v in d.indices]
     loops = [_LoopSpec(v, (ZERO,), (e - 1,)) for v, e in zip(d.indices, d.extents)]
     conds, body = _zero_guards(d.body)

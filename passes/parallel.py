@@ -96,7 +96,7 @@ def parallelize(program: LoopProgram, depth: int = 1) -> LoopProgram:
     sizes = set(program.sizes)
     kernels: list[Kernel] = []
     for k in program.kernels:
-        if len(k.body) == 1 and isinstance(k.body[0], For):
+        if len(k.body) == 1 and isinstance(k.body[0], For):  # never an external kernel
             loop = _mark(k.body[0], buffers, sizes, depth)
             if loop is not k.body[0]:
                 k = replace(k, body=(loop,))

@@ -85,7 +85,7 @@ def _loop(loop: For, lo: tuple[Affine, ...], hi: tuple[Affine, ...], body: tuple
 
 
 def peel_kernel(kernel: Kernel, sizes: set[str]) -> tuple[Kernel, ...]:
-    if len(kernel.body) != 1 or not isinstance(kernel.body[0], For):
+    if len(kernel.body) != 1 or not isinstance(kernel.body[0], For):  # also an external kernel
         return (kernel,)
     loop = kernel.body[0]
     found: list[tuple[list[Affine], list[Affine]]] = []

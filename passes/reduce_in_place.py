@@ -109,7 +109,9 @@ class _ReduceInPlace:
 
 def reduce_in_place_program(program: LoopProgram) -> LoopProgram:
     r = _ReduceInPlace(program)
-    return program.with_kernels(tuple(Kernel(k.name, r.block(k.body, [])) for k in program.kernels))
+    return program.with_kernels(
+        tuple(k if k.extern is not None else Kernel(k.name, r.block(k.body, [])) for k in program.kernels)
+    )
 
 
 @dataclass(frozen=True)

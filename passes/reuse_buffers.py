@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tcc.ir.expr import Access, Expr, transform
-from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, LoopProgram, Stmt, Store
+from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, LoopProgram, Stmt, Store
 from tcc.pass_base import Level, Pass, PassContext
 from tcc.passes.hoist import all_writes, map_exprs, read_names
 
@@ -49,6 +49,8 @@ def _rename_targets(s: Stmt, names: dict[str, str]) -> Stmt:
         return replace(s, buffer=names[s.buffer])
     if isinstance(s, Accumulate) and s.target in names:
         return replace(s, target=names[s.target])
+    if isinstance(s, Extern):
+        return replace(s, out=names.get(s.out, s.out), arg=names.get(s.arg, s.arg))
     if isinstance(s, For):
         return replace(s, body=tuple(_rename_targets(x, names) for x in s.body))
     if isinstance(s, If):

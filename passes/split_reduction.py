@@ -246,7 +246,7 @@ def split_reductions(program: LoopProgram, threads: int, min_work: int, max_part
     splitter = _Splitter(program, threads, min_work, max_parts)
     kernels: list[Kernel] = []
     for k in program.kernels:
-        kernels.extend(splitter.split(k))
+        kernels.extend([k] if k.extern is not None else splitter.split(k))
     if not splitter.temps:
         return program
     return replace(program, buffers=program.buffers + tuple(splitter.temps), kernels=tuple(kernels))

@@ -307,6 +307,9 @@ def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) 
     u = _UnrollJam(program, max_trip, strip)
     kernels: list[Kernel] = []
     for k in program.kernels:
+        if k.extern is not None:  # an external kernel: no loops
+            kernels.append(k)
+            continue
         u.start_kernel(k)
         k = Kernel(k.name, u.block(k.body, top=True))
         kernels.extend(u.strip(k))
