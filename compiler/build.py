@@ -121,6 +121,7 @@ def build(
     if target == "cuda":  # fail before compiling anything when it could not run
         from tcc.backends.cuda import require_pycuda
 
+        _refuse_matrix_functions(program)
         require_pycuda()
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
     key = (str(program), format_pipeline(pipeline), dtype, target)
@@ -163,6 +164,21 @@ def build(
 
         return CudaProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
     return CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
+
+
+def _refuse_matrix_functions(program: Any) -> None:
+    """Matrix functions run on the host (LAPACK through NumPy): the cuda target refuses them.
+
+    Checked on the L1 program, before PyCUDA is needed, so the message is
+    the same with or without a GPU (lower-llvm refuses the L2 form too).
+    """
+    from tcc.ir.expr import MatrixFn
+
+    for d in getattr(program, "definitions", ()):
+        if isinstance(d.body, MatrixFn):
+            from tcc.backends.llvm import cuda_refusal
+
+            raise cuda_refusal(d.body.fn, d.body.tensor, d.name, d.loc, program.source)
 
 
 def clear_cache() -> None:

@@ -12,7 +12,10 @@ code would silently misbehave:
 * reading a scalar (``let``/``local``) that is not in scope raises;
 * a ``parallel for`` is checked for races on the run at hand: an element
   written by one iteration and read or written by another raises
-  ``AssertionError``.
+  ``AssertionError``;
+* an external kernel (``extern inv(A) -> B``) runs the interpreter's
+  :func:`tcc.interpreter.matrix_function`; an argument with an element that
+  no kernel wrote (NaN) raises.
 
 ``run_loops(program, inputs)`` returns every ``output`` and ``local`` buffer
 (what the runtime returns); ``temps=True`` adds the temporaries.
@@ -23,9 +26,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.interpreter import _BINARY, _UNARY
+from tcc.interpreter import _BINARY, _UNARY, matrix_function
 from tcc.ir.expr import Access, Binary, Const, Expr, Unary, Where
-from tcc.ir.loops import Accumulate, For, If, Let, Local, LoopProgram, Stmt, Store
+from tcc.ir.loops import Accumulate, Extern, For, If, Let, Local, LoopProgram, Stmt, Store
 
 
 class RaceError(AssertionError):
@@ -216,6 +219,14 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
                 run.buffers[s.target][idx] += value
         elif isinstance(s, If):
             block(s.then if s.cond.evaluate(env) else s.orelse, env)
+        elif isinstance(s, Extern):
+            if run.race is not None or frames[:-1]:
+                raise AssertionError(f"extern {s.fn}({s.arg}) -> {s.out} inside a loop or block")
+            arg = run.buffers[s.arg]
+            if np.isnan(arg).any():
+                raise AssertionError(f"extern {s.fn}({s.arg}) reads elements of '{s.arg}' that no kernel wrote")
+            run.counts["loads"] += arg.size
+            run.buffers[s.out][...] = matrix_function(s.fn, arg)
         else:  # pragma: no cover
             raise TypeError(s)
 
