@@ -1,6 +1,7 @@
 """The ``tcc`` command line.
 
     tcc grad FILE --of f --wrt a,d [-o OUT] [--passes SPEC] [dump flags]
+    tcc jacobian FILE --of f --wrt x [-o OUT] [dump flags]     (also: hessian, jvp)
     tcc check FILE --of f --wrt a,d [--seed N] [--tol T] [--eps E] [--sizes n=4,m=3]
     tcc run FILE --inputs in.npz --output out.npz [--target cpu] [--dtype D] [--threads N] [--reference]
     tcc compile FILE --emit index|loops|llvm|asm [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
@@ -73,6 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wrt", help="comma-separated inputs to differentiate with respect to")
     g.add_argument("-o", "--output", metavar="OUT", help="write the program to OUT instead of stdout")
     _add_pipeline_flags(g, default_passes=None)
+
+    for name, what in (
+        ("jacobian", "print the program of the full Jacobian (f's indices, then x's)"),
+        ("hessian", "print the program of the Hessian w.r.t. one input (f's indices, then x's twice)"),
+        ("jvp", "print the forward-mode program: tangents dx of the inputs give the tangent df"),
+    ):
+        d = sub.add_parser(name, help=what)
+        d.add_argument("file", metavar="FILE", help="source file, or - for stdin")
+        d.add_argument("--of", help="the definition to differentiate (default: Lippmann's expression)")
+        d.add_argument("--wrt", help="the input(s) to differentiate with respect to (default: Lippmann's argument)")
+        d.add_argument("-o", "--output", metavar="OUT", help="write the program to OUT instead of stdout")
+        _add_pipeline_flags(d, default_passes=None)
 
     c = sub.add_parser("check", help="finite-difference check of derivatives")
     c.add_argument("file", metavar="FILE")
@@ -212,19 +225,58 @@ def _run_passes(session: _Session, args: argparse.Namespace, program: Any, passe
             sys.stderr.write(timer.report())
 
 
+def _target(session: _Session, args: argparse.Namespace) -> tuple[Any, str, list[str]]:
+    """The program and what to differentiate; Lippmann's form supplies --of/--wrt when left out."""
+    from tcc.ir.lippmann import is_lippmann, parse_lippmann
+
+    wrt = _names(args.wrt, "--wrt") if args.wrt is not None else []
+    of = args.of or ""
+    if session.text is not None and is_lippmann(session.text):
+        problem = parse_lippmann(session.text, session.filename or "<input>")
+        session.source = problem.program.source
+        return problem.program, of or problem.of, wrt or [problem.wrt]
+    return session.load(args.file), of, wrt
+
+
 def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
+    """The derivative program; of Lippmann's form, the full derivative tensor (as in his appendix)."""
+    from tcc.ir.lippmann import is_lippmann
     from tcc.pipeline import fill_grad_options, grad_pipeline, parse_pipeline
 
-    of = args.of
-    wrt = _names(args.wrt, "--wrt") if args.wrt is not None else None
+    program, of, wrt = _target(session, args)
     if args.passes is None:
         if not of or not wrt:
             raise TccError("tcc grad needs --of and --wrt (or a --passes pipeline that names them)")
-        passes = grad_pipeline(of, wrt)
+        lippmann = session.text is not None and is_lippmann(session.text)
+        passes = grad_pipeline(of, wrt, seed="delta" if lippmann else "input")
     else:
         passes = fill_grad_options(parse_pipeline(args.passes), of or "", wrt or ())
-    program = session.load(args.file)
     result = _run_passes(session, args, program, passes)
+    _write_text(str(result), args.output)
+    return 0
+
+
+def cmd_derivative(session: _Session, args: argparse.Namespace) -> int:
+    """``tcc jacobian|hessian|jvp``: the default pipeline, or ``--passes`` for each derivative taken."""
+    from tcc.pipeline import fill_grad_options, grad_pipeline, parse_pipeline
+
+    program, of, wrt = _target(session, args)
+    if not of or not wrt:
+        raise TccError(f"tcc {args.command} needs --of and --wrt")
+    if args.command == "hessian" and len(wrt) != 1:
+        raise TccError(f"a Hessian is taken with respect to one input, not {len(wrt)} ({', '.join(wrt)})")
+    mode, seed = ("forward", "input") if args.command == "jvp" else ("reverse", "delta")
+
+    def stage(p: Any, of: str) -> Any:
+        if args.passes is None:
+            passes = grad_pipeline(of, wrt, mode=mode, seed=seed)
+        else:
+            passes = fill_grad_options(parse_pipeline(args.passes), of, wrt)
+        return _run_passes(session, args, p, passes)
+
+    result = stage(program, of)
+    if args.command == "hessian":
+        result = stage(result, result.outputs[0])
     _write_text(str(result), args.output)
     return 0
 
@@ -349,7 +401,10 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"grad": cmd_grad, "check": cmd_check, "run": cmd_run, "compile": cmd_compile}
+COMMANDS = {
+    "grad": cmd_grad, "jacobian": cmd_derivative, "hessian": cmd_derivative, "jvp": cmd_derivative,
+    "check": cmd_check, "run": cmd_run, "compile": cmd_compile,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -239,6 +239,8 @@ def grad_pipeline(of: str, wrt: Sequence[str] | str, mode: str = "reverse", seed
     if isinstance(wrt, str):
         wrt = [w.strip() for w in wrt.split(",") if w.strip()]
     spec = DEFAULT_FORWARD_PIPELINE if mode == "forward" else DEFAULT_GRAD_PIPELINE
+    if seed == "delta" and mode == "reverse":
+        spec = spec.replace("simplify,", "simplify,inline-guards,")
     passes = parse_pipeline(spec.format(of=of, wrt=",".join(wrt)))
     return [dataclasses.replace(p, mode=mode, seed=seed) if p.name == "autodiff" else p for p in passes]
 

@@ -30,6 +30,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "range-bound": "tcc.passes.range_bound:RangeBound",
     "simplify": "tcc.passes.simplify:Simplify",
     "cse": "tcc.passes.cse:CSE",
+    "inline-guards": "tcc.passes.inline_guards:InlineGuards",
     "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
     "emit-ptx": "tcc.passes.emit_ptx:EmitPTX",

@@ -354,6 +354,16 @@ class _Simplifier:
                 rest = [p.substitute({e.var: point}) for p in conjuncts(body.cond) if p is not part]
                 return self.at_point(e.var, body.then, point, rest, lo, hi, facts)
         new_body = self.expr(body, inner)
+        if _is_guard(new_body):
+            # a guard that does not depend on the summation index goes outside the sum
+            # (a Jacobian's where(i == g, ..) must not be tested once per term)
+            outer = [p for p in conjuncts(new_body.cond) if e.var not in p.names()]
+            if outer:
+                rest = make_and([p for p in conjuncts(new_body.cond) if e.var in p.names()])
+                then = new_body.then if rest is None else Where(rest, new_body.then, ZERO)
+                cond = make_and(outer)
+                assert cond is not None
+                return self.expr(Where(cond, Sum(e.var, lo, hi, then), ZERO), facts)
         return fold(Sum(e.var, lo, hi, new_body))
 
     def at_point(
