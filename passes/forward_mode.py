@@ -1,0 +1,441 @@
+"""``autodiff{mode=forward}``: tangent propagation (Jacobian-vector products, seed 004, sec. 3).
+
+For ``of=f wrt=x,y`` the pass walks the tensor-level graph *forwards*: every
+definition ``h`` on a path from the ``wrt`` inputs to ``f`` (the same set that
+reverse mode gives an adjoint) gets a **tangent** ``dh`` with ``h``'s indices
+and extents, in program order, and
+
+    df[α] = Σ_x Σ_β ∂f[α]/∂x[β] · dx[β]         (J·v, one new input dx per x)
+
+is the result.  The tangent of a body is the ordinary forward derivative of
+its scalar expression: an access ``x[e]`` of a ``wrt`` input becomes
+``dx[e]``, an access ``h[e]`` of an intermediate ``dh[e]``, ``sum[k](b)``
+becomes ``sum[k](tangent of b)`` over the same range, ``where(c, a, b)``
+becomes ``where(c, ta, tb)``, and unary functions and binary operators follow
+the chain rule.  The local derivatives are reverse mode's own
+(:func:`tcc.passes.autodiff.child_adjoints`, called with the tangent of one
+child as the "adjoint"): both modes share one table of rules, and the value of
+a definition's body is read back as ``h[α]`` (``exp``, ``tanh``,
+``sigmoid``...) just as reverse mode does.
+
+No index equation has to be solved: the tangent of ``f[α]`` reads the
+tangents at exactly the points ``f[α]`` reads the arguments, so forward mode
+is a gather by construction.  Zero tangents are skipped (``autodiff._mul`` /
+``_add``); nothing else is folded.
+
+**Jacobians** (``seed=delta``).  The seed ``dx[e]`` is the Kronecker delta
+``where(e == β, 1, 0)``; every tangent ``dh`` gets ``x``'s indices ``β`` as
+trailing indices.  One chain of tangents is built per ``x``, and the tangent
+of ``f`` is named as reverse mode names its Jacobian (``dx``, ``f``'s indices
+first then ``x``'s), so both modes give the same program interface.  To let
+``simplify`` eliminate the deltas, a sum of a tangent is distributed over the
+additive terms of its body and every conjunct of a zero-guard that does not
+mention the summation index is moved outside the sum: what remains is
+``sum[k](where(k == β..., body, 0))``, which ``simplify`` substitutes.
+
+**Matrix functions** (a definition ``B[i, j] = inv(A)[i, j]``, ``s = det(A)``,
+``logdet``, ``adj``) have whole-matrix rules::
+
+    inv:    dB[i, j] = -Σ_{p,q} B[i, p] · dA[p, q] · B[q, j]
+    det:    ds = s · Σ_{p,q} inv(A)[q, p] · dA[p, q]
+    logdet: ds = Σ_{p,q} inv(A)[q, p] · dA[p, q]
+    adj:    dC[i, j] = det(A) · (Σ_{p,q} inv(A)[q, p] · dA[p, q]) · inv(A)[i, j]
+                       - det(A) · Σ_{p,q} inv(A)[i, p] · dA[p, q] · inv(A)[q, j]
+
+``inv(A)`` and ``det(A)`` are read from an existing definition of the program
+when there is one (``B`` itself for ``inv``); otherwise one new definition per
+argument (``A_inv``, ``A_det``, fresh names) is placed just before the first
+tangent that reads it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from tcc.diagnostics import TccError
+from tcc.ir.expr import (
+    ONE,
+    ZERO,
+    Access,
+    Binary,
+    Const,
+    CSum,
+    Expr,
+    MatrixFn,
+    Sum,
+    Unary,
+    Where,
+    accessed_tensors,
+    bound_vars,
+    fresh_name,
+    is_zero,
+    neg,
+    postorder,
+    rebuild,
+)
+from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and
+from tcc.ir.program import Definition, Program, TensorDecl
+from tcc.passes.autodiff import _add, _div, _mul, child_adjoints
+
+__all__ = ["differentiate_forward"]
+
+
+def differentiate_forward(program: Program, of: str, wrt: Sequence[str], delta: bool = False) -> Program:
+    """Forward mode: the tangent ``df`` of ``of`` from new input tangents ``dx``.
+
+    With ``delta`` the seeds are Kronecker deltas and the result is the full
+    Jacobian of ``of`` with respect to each ``x`` (``dx``, ``of``'s indices first).
+    """
+    try:
+        return _Forward(program, of, tuple(wrt), delta).run()
+    except TccError as exc:
+        raise exc.located(None, program.source)
+
+
+# ---------------------------------------------------------------------------
+# argument checks and the tensor-level graph: the same as reverse mode
+# (passes/autodiff.py, _differentiate), so that both modes reject the same
+# input with the same words (tests/test_forward_mode.py compares them)
+# ---------------------------------------------------------------------------
+
+
+def _check_arguments(program: Program, of: str, wrt: Sequence[str]) -> Definition:
+    if not of:
+        raise TccError("autodiff needs the definition to differentiate: autodiff{of=NAME wrt=X,Y}")
+    if not wrt:
+        raise TccError("autodiff needs at least one input to differentiate with respect to (wrt=...)")
+    f = program.definition(of)
+    if f is None:
+        if program.input(of) is not None:
+            raise TccError(f"'{of}' is an input; --of must name a definition")
+        raise TccError(f"no definition named '{of}'")
+    for x in wrt:
+        if program.input(x) is None:
+            if program.definition(x) is not None:
+                raise TccError(f"'{x}' is a definition; --wrt takes inputs of the program")
+            raise TccError(f"no input named '{x}'")
+    if len(set(wrt)) != len(wrt):
+        raise TccError("--wrt names an input twice")
+    for d in program.definitions:
+        if d.extents is None:
+            raise TccError(f"autodiff needs the extents of '{d.name}': run infer-ranges first")
+    return f
+
+
+def _relevant(program: Program, of: str, wrt: Sequence[str]) -> list[Definition]:
+    """Definitions on a path from some ``wrt`` input to ``of`` (``of`` included), in program order."""
+    reads = {d.name: set(accessed_tensors(d.body)) for d in program.definitions}
+    needed: set[str] = {of}
+    for d in reversed(program.definitions):
+        if d.name in needed:
+            needed |= reads[d.name]
+    influenced: set[str] = set(wrt)
+    for d in program.definitions:
+        if reads[d.name] & influenced:
+            influenced.add(d.name)
+    return [d for d in program.definitions if d.name in needed and d.name in influenced]
+
+
+# ---------------------------------------------------------------------------
+# expression helpers
+# ---------------------------------------------------------------------------
+
+
+def _is_guard(e: Expr) -> bool:
+    return isinstance(e, Where) and is_zero(e.other)
+
+
+def _delta(indices: Sequence[Affine], beta: Sequence[str]) -> Expr:
+    """``where(e == β, 1, 0)`` (``1`` for a scalar)."""
+    eqs: list[Cond] = [Compare("==", e, Affine.var(b)) for e, b in zip(indices, beta)]
+    if not eqs:
+        return ONE
+    return Where(eqs[0] if len(eqs) == 1 else And(tuple(eqs)), ONE, ZERO)
+
+
+class _Lifter:
+    """Moves zero-guards out of negations, products and numerators (delta mode only).
+
+    ``autodiff._mul`` already keeps a guard outermost in a product; a rule that
+    negates or divides (``log``, ``/``, ``-``) can still bury one.  The value is
+    unchanged; ``simplify`` would lift them too, but the sums must see the
+    guards before ``simplify`` runs (see :meth:`_Forward.make_sum`).
+    """
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Expr] = {}
+
+    def __call__(self, e: Expr) -> Expr:
+        hit = self.memo.get(id(e))
+        if hit is None:
+            hit = self._lift(e)
+            self.memo[id(e)] = hit
+        return hit
+
+    def _lift(self, e: Expr) -> Expr:
+        if isinstance(e, Unary) and e.op == "neg":
+            u = self(e.operand)
+            if _is_guard(u):
+                return Where(u.cond, self(neg(u.then)), ZERO)
+            return neg(u) if u is not e.operand else e
+        if isinstance(e, Binary) and e.op in ("*", "/"):
+            a = self(e.lhs)
+            b = self(e.rhs) if e.op == "*" else e.rhs
+            if _is_guard(a) or _is_guard(b):
+                if e.op == "/":
+                    return Where(a.cond, self(_div(a.then, b)), ZERO)
+                return _mul(a, b)  # keeps the guards outermost
+            return e if (a is e.lhs and b is e.rhs) else Binary(e.op, a, b)
+        return e
+
+
+def _negated(e: Expr) -> Expr:
+    if _is_guard(e):
+        return Where(e.cond, neg(e.then), ZERO)
+    return neg(e)
+
+
+# ---------------------------------------------------------------------------
+# the pass
+# ---------------------------------------------------------------------------
+
+
+class _Forward:
+    def __init__(self, program: Program, of: str, wrt: tuple[str, ...], delta: bool) -> None:
+        self.program = program
+        self.of = of
+        self.wrt = wrt
+        self.delta = delta
+        self.lift = _Lifter()
+        # one namespace: a new tensor must not take the name of an index either
+        self.taken = program.names_in_use()
+        # helper definitions inv(A) / det(A) for matrix rules: (fn, A) -> name
+        self.helpers: dict[tuple[str, str], str] = {}
+        self.new_helpers: dict[str, Definition] = {}
+        for d in program.definitions:
+            if isinstance(d.body, MatrixFn) and d.body.fn in ("inv", "det"):
+                self.helpers.setdefault((d.body.fn, d.body.tensor), d.name)
+
+    def allocate(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
+
+    def extents_of(self, name: str) -> tuple[Affine, ...]:
+        ext = self.program.extents_of(name)
+        assert ext is not None
+        return ext
+
+    # -- driver ------------------------------------------------------------
+    def run(self) -> Program:
+        program, of, wrt = self.program, self.of, self.wrt
+        f = _check_arguments(program, of, wrt)
+        assert f.extents is not None
+        # names in reverse mode's order: d<of>, then d<x> for every x, then the
+        # intermediates -- so that with seed=delta the Jacobians get the names
+        # reverse mode gives them
+        d_of = self.allocate("d" + of)
+        d_wrt = {x: self.allocate("d" + x) for x in wrt}
+        out_defs: list[Definition] = []
+        if not self.delta:
+            relevant = _relevant(program, of, wrt)
+            names = {x: d_wrt[x] for x in wrt}
+            for h in relevant:
+                if h.name != of:
+                    names[h.name] = self.allocate("d" + h.name)
+            names[of] = d_of
+            out_defs = self.chain(relevant, names, (), {x: () for x in wrt}, d_of)
+            inputs = program.inputs + tuple(TensorDecl(d_wrt[x], self.extents_of(x)) for x in wrt)
+            outputs: tuple[str, ...] = (d_of,)
+        else:
+            for x in wrt:
+                relevant = _relevant(program, of, (x,))
+                x_ext = self.extents_of(x)
+                beta = tuple(self.allocate(f"{d_wrt[x]}_{k}") for k in range(len(x_ext)))
+                names = {}
+                for h in relevant:
+                    if h.name != of:
+                        names[h.name] = self.allocate("d" + h.name)
+                names[of] = d_wrt[x]
+                out_defs += self.chain(relevant, names, x_ext, {x: beta}, d_wrt[x])
+            inputs = program.inputs
+            outputs = tuple(d_wrt[x] for x in wrt)
+        return Program(inputs, program.definitions + tuple(out_defs), outputs, program.source)
+
+    def chain(
+        self,
+        relevant: list[Definition],
+        names: dict[str, str],
+        trailing_ext: tuple[Affine, ...],
+        seeds: dict[str, tuple[str, ...]],
+        result: str,
+    ) -> list[Definition]:
+        """Tangent definitions of ``relevant`` in program order, ending with ``result`` (the tangent of ``of``).
+
+        ``names`` maps a tensor with a tangent to its tangent's name; ``seeds``
+        maps each ``wrt`` input to the delta's indices ``β`` (only in delta mode).
+        """
+        beta = next(iter(seeds.values())) if self.delta else ()
+        lead = tuple(Affine.var(b) for b in beta)
+
+        def access_tangent(acc: Access) -> Expr | None:
+            t = acc.tensor
+            if t in seeds and self.delta:
+                return _delta(acc.indices, seeds[t])
+            if t in names and t != self.of:
+                return Access(names[t], acc.indices + lead)
+            return None
+
+        out: list[Definition] = []
+        emitted: set[str] = set()
+        for h in relevant:
+            assert h.extents is not None
+            if isinstance(h.body, MatrixFn):
+                body = self.matrix_tangent(h, names[h.name], access_tangent)
+            else:
+                body = self.body_tangent(h, access_tangent)
+            # helper definitions (inv(A), det(A)) go right before their first reader
+            reads = set(accessed_tensors(body))
+            for name, helper in self.new_helpers.items():
+                if name in reads and name not in emitted:
+                    emitted.add(name)
+                    out.append(helper)
+            out.append(Definition(names[h.name], h.indices + beta, body, tuple(h.extents) + trailing_ext))
+        if not relevant:
+            f = self.program.definition(self.of)
+            assert f is not None and f.extents is not None
+            out.append(Definition(result, f.indices + beta, ZERO, tuple(f.extents) + trailing_ext))
+        return out
+
+    # -- element-wise bodies -----------------------------------------------
+    def body_tangent(self, h: Definition, access_tangent: Callable[[Access], Expr | None]) -> Expr:
+        value_of_root = Access(h.name, tuple(Affine.var(i) for i in h.indices))
+        tangent: dict[int, Expr | None] = {}
+        for n in postorder(h.body):
+            t: Expr | None = None
+            if isinstance(n, Access):
+                t = access_tangent(n)
+            elif isinstance(n, Const):
+                t = None
+            elif isinstance(n, (Sum, CSum)):
+                tb = tangent[id(n.children()[0])]
+                t = None if tb is None else self.make_sum(n, tb)
+            elif isinstance(n, Where):
+                ta, tb = tangent[id(n.then)], tangent[id(n.other)]
+                if ta is not None or tb is not None:
+                    t = Where(n.cond, ZERO if ta is None else ta, ZERO if tb is None else tb)
+            elif isinstance(n, (Unary, Binary)):
+                value = value_of_root if n is h.body else n
+                # the chain rule with reverse mode's local derivatives: called with
+                # the tangent of one child as the "adjoint", the entries for that
+                # child are its term of the tangent (x*x gives two of them)
+                for child in dict.fromkeys(n.children()):
+                    tc = tangent[id(child)]
+                    if tc is None:
+                        continue
+                    for c, term in child_adjoints(n, tc, value):
+                        if c is child:
+                            t = _add(t, term)
+            elif isinstance(n, MatrixFn):  # pragma: no cover - the parser keeps it a whole body
+                raise TccError(f"{n.fn}({n.tensor}) must be the whole body of a definition")
+            tangent[id(n)] = t
+        t_root = tangent[id(h.body)]
+        return ZERO if t_root is None else t_root
+
+    def make_sum(self, node: Expr, body_tangent: Expr) -> Expr:
+        """The tangent of ``sum[k](b)``: ``sum[k](tangent of b)`` over the same range.
+
+        With delta seeds the sum is distributed over the additive terms of the
+        tangent, and the conjuncts of a term's zero-guard that do not mention
+        ``k`` move outside its sum, so that ``simplify`` finds the Kronecker
+        deltas ``sum[k](where(k == β, ..., 0))`` it eliminates.
+        """
+        if not self.delta:
+            return rebuild(node, (body_tangent,))
+        out: Expr | None = None
+        for term in self.terms(body_tangent):
+            out = _add(out, self.sum_term(node, term))
+        assert out is not None
+        return out
+
+    def terms(self, e: Expr) -> list[Expr]:
+        if isinstance(e, Binary) and e.op == "+":
+            return self.terms(e.lhs) + self.terms(e.rhs)
+        if isinstance(e, Binary) and e.op == "-":
+            return self.terms(e.lhs) + [_negated(t) for t in self.terms(e.rhs)]
+        if isinstance(e, Unary) and e.op == "neg":
+            return [_negated(t) for t in self.terms(e.operand)]
+        return [self.lift(e)]
+
+    def sum_term(self, node: Expr, term: Expr) -> Expr:
+        bound = set(bound_vars(node))
+        conds: list[Cond] = []
+        core = term
+        while _is_guard(core):
+            assert isinstance(core, Where)
+            conds.extend(conjuncts(core.cond))
+            core = core.then
+        outer = [c for c in conds if not bound & set(c.names())]
+        if not outer:
+            return rebuild(node, (term,))
+        inner = make_and([c for c in conds if bound & set(c.names())])
+        summed = rebuild(node, (core if inner is None else Where(inner, core, ZERO),))
+        cond = make_and(outer)
+        assert cond is not None
+        return Where(cond, summed, ZERO)
+
+    # -- matrix functions ----------------------------------------------------
+    def helper(self, fn: str, a: str) -> str:
+        """The name of a definition ``fn(a)``, created (once per argument) if the program has none."""
+        name = self.helpers.get((fn, a))
+        if name is None:
+            name = self.allocate(f"{a}_{fn}")
+            self.helpers[(fn, a)] = name
+            n = self.extents_of(a)[0]
+            if fn == "inv":
+                # a definition's indices are its own: avoid only tensor and size names
+                avoid = set(self.program.tensor_names()) | set(self.program.sizes())
+                avoid |= self.taken - self.program.names_in_use()
+                i = fresh_name("i", avoid)
+                j = fresh_name("j", avoid | {i})
+                self.new_helpers[name] = Definition(name, (i, j), MatrixFn("inv", a), (n, n))
+            else:
+                self.new_helpers[name] = Definition(name, (), MatrixFn("det", a), ())
+        return name
+
+    def matrix_tangent(self, h: Definition, dname: str, access_tangent: Callable[[Access], Expr | None]) -> Expr:
+        assert isinstance(h.body, MatrixFn)
+        fn, a = h.body.fn, h.body.tensor
+        ext = self.extents_of(a)
+        if len(ext) != 2:
+            raise TccError(f"{fn}({a}) needs a matrix: '{a}' has {len(ext)} indices")
+        last = ext[0] - 1
+        p, q = self.allocate(f"{dname}_p"), self.allocate(f"{dname}_q")
+        P, Q = Affine.var(p), Affine.var(q)
+
+        def d_a(r: Affine, s: Affine) -> Expr:
+            t = access_tangent(Access(a, (r, s)))
+            return ZERO if t is None else t
+
+        def sum_pq(body: Expr) -> Expr:
+            zero = (Affine.constant(0),)
+            inner = self.make_sum(Sum(q, zero, (last,), body), body)
+            return self.make_sum(Sum(p, zero, (last,), inner), inner)
+
+        def inv(r: Affine, s: Affine) -> Access:
+            name = h.name if fn == "inv" else self.helper("inv", a)
+            return Access(name, (r, s))
+
+        if fn == "inv" or fn == "adj":
+            i, j = (Affine.var(v) for v in h.indices)
+            # Σ_{p,q} inv(A)[i, p] · dA[p, q] · inv(A)[q, j]
+            sandwich = sum_pq(_mul(_mul(inv(i, P), d_a(P, Q)), inv(Q, j)))
+            if fn == "inv":
+                return neg(sandwich)
+        # Σ_{p,q} inv(A)[q, p] · dA[p, q]  (the trace of inv(A)·dA)
+        trace = sum_pq(_mul(inv(Q, P), d_a(P, Q)))
+        if fn == "logdet":
+            return trace
+        if fn == "det":
+            return _mul(Access(h.name, ()), trace)
+        det = Access(self.helper("det", a), ())
+        return Binary("-", _mul(_mul(det, trace), inv(i, j)), _mul(det, sandwich))
