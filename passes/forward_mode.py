@@ -44,8 +44,9 @@ mention the summation index is moved outside the sum: what remains is
 
 ``inv(A)`` and ``det(A)`` are read from an existing definition of the program
 when there is one (``B`` itself for ``inv``); otherwise one new definition per
-argument (``A_inv``, ``A_det``, fresh names) is placed just before the first
-tangent that reads it.
+argument (``A_inv``, ``A_det``, fresh names) is placed right after the first
+matrix-function definition whose tangent needs it (where reverse mode places
+its ``A_inv``).
 """
 from __future__ import annotations
 
@@ -210,7 +211,9 @@ class _Forward:
         self.taken = program.names_in_use()
         # helper definitions inv(A) / det(A) for matrix rules: (fn, A) -> name
         self.helpers: dict[tuple[str, str], str] = {}
-        self.new_helpers: dict[str, Definition] = {}
+        # new helper definitions, by the matrix-function definition they follow
+        self.after: dict[str, list[Definition]] = {}
+        self.current: Definition | None = None
         for d in program.definitions:
             if isinstance(d.body, MatrixFn) and d.body.fn in ("inv", "det"):
                 self.helpers.setdefault((d.body.fn, d.body.tensor), d.name)
@@ -259,7 +262,11 @@ class _Forward:
                 out_defs += self.chain(relevant, names, x_ext, {x: beta}, d_wrt[x])
             inputs = program.inputs
             outputs = tuple(d_wrt[x] for x in wrt)
-        return Program(inputs, program.definitions + tuple(out_defs), outputs, program.source)
+        forward: list[Definition] = []
+        for d in program.definitions:
+            forward.append(d)
+            forward += self.after.get(d.name, [])
+        return Program(inputs, tuple(forward) + tuple(out_defs), outputs, program.source)
 
     def chain(
         self,
@@ -286,19 +293,12 @@ class _Forward:
             return None
 
         out: list[Definition] = []
-        emitted: set[str] = set()
         for h in relevant:
             assert h.extents is not None
             if isinstance(h.body, MatrixFn):
                 body = self.matrix_tangent(h, names[h.name], access_tangent)
             else:
                 body = self.body_tangent(h, access_tangent)
-            # helper definitions (inv(A), det(A)) go right before their first reader
-            reads = set(accessed_tensors(body))
-            for name, helper in self.new_helpers.items():
-                if name in reads and name not in emitted:
-                    emitted.add(name)
-                    out.append(helper)
             out.append(Definition(names[h.name], h.indices + beta, body, tuple(h.extents) + trailing_ext))
         if not relevant:
             f = self.program.definition(self.of)
@@ -391,19 +391,22 @@ class _Forward:
             name = self.allocate(f"{a}_{fn}")
             self.helpers[(fn, a)] = name
             n = self.extents_of(a)[0]
+            assert self.current is not None
+            follow = self.after.setdefault(self.current.name, [])
             if fn == "inv":
                 # a definition's indices are its own: avoid only tensor and size names
                 avoid = set(self.program.tensor_names()) | set(self.program.sizes())
                 avoid |= self.taken - self.program.names_in_use()
                 i = fresh_name("i", avoid)
                 j = fresh_name("j", avoid | {i})
-                self.new_helpers[name] = Definition(name, (i, j), MatrixFn("inv", a), (n, n))
+                follow.append(Definition(name, (i, j), MatrixFn("inv", a), (n, n)))
             else:
-                self.new_helpers[name] = Definition(name, (), MatrixFn("det", a), ())
+                follow.append(Definition(name, (), MatrixFn("det", a), ()))
         return name
 
     def matrix_tangent(self, h: Definition, dname: str, access_tangent: Callable[[Access], Expr | None]) -> Expr:
         assert isinstance(h.body, MatrixFn)
+        self.current = h  # new helpers follow the first definition that needs them
         fn, a = h.body.fn, h.body.tensor
         ext = self.extents_of(a)
         if len(ext) != 2:

@@ -110,12 +110,16 @@ def jacobians_agree(src, of: str, wrt, sizes=None):
     assert fwd.outputs == rev.outputs
     for name in fwd.outputs:
         assert fwd.definition(name).extents == rev.definition(name).extents
+    # inline-guards substitutes delta-shaped intermediate Jacobians into their readers
+    inlined = tcc.transform(fwd, "simplify,inline-guards,simplify")
     base = tcc.transform(src, "infer-ranges")
     inputs = random_inputs(base, default_sizes(base.sizes()) if sizes is None else sizes)
-    got, want = tcc.run(fwd, inputs), tcc.run(rev, inputs)
-    for name in fwd.outputs:
-        assert got[name].shape == want[name].shape
-        assert rel_err(got[name], want[name]) < 1e-13, name
+    want = tcc.run(rev, inputs)
+    for program in (fwd, inlined):
+        got = tcc.run(program, inputs)
+        for name in fwd.outputs:
+            assert got[name].shape == want[name].shape
+            assert rel_err(got[name], want[name]) < 1e-13, name
     return fwd
 
 
@@ -205,6 +209,19 @@ def test_forward_pipeline_compiles(stem):
         base = tcc.transform(program, "infer-ranges")
         inputs = random_inputs(out, default_sizes(base.sizes()))
         assert_results_close(tcc.compile(out)(**inputs), tcc.run(out, inputs), "float64")
+
+
+def test_public_api_forward_mode():
+    """``tcc.grad(mode="forward")`` runs the forward pipeline: the same values as the pass by hand."""
+    program, of, wrt = first_result_and_inputs(EXAMPLES[[x.stem for x in EXAMPLES].index("softmax_matmul")])
+    by_hand = forward(program, of, wrt, after="simplify,cse")
+    api = tcc.grad(program, of, wrt, mode="forward")
+    assert api.outputs == by_hand.outputs == ("dy",)
+    assert [d.name for d in api.inputs] == [d.name for d in by_hand.inputs] == ["a", "b", "da", "db"]
+    inputs = random_inputs(by_hand, {"n": 3, "p": 4, "m": 5})
+    assert rel_err(tcc.run(api, inputs)["dy"], tcc.run(by_hand, inputs)["dy"]) < 1e-14
+    jac = tcc.grad(program, of, wrt, mode="forward", seed="delta")
+    assert jac.outputs == ("da", "db")
 
 
 # ---------------------------------------------------------------------------
@@ -355,8 +372,9 @@ def test_error_without_extents():
 
 
 # ---------------------------------------------------------------------------
-# matrix functions (interpreter only until lower-loops compiles them: run
-# outside run_pipeline, so the recorded-derivative test does not compile them)
+# matrix functions (run outside run_pipeline: the recorded-derivative test
+# also assembles PTX for every recorded program, and the GPU target refuses
+# matrix functions)
 
 
 MATRIX_SRC = """\
@@ -377,19 +395,33 @@ def unrecorded(program, spec: str):
 
 
 def matrix_jvp(src: str, of: str, n: int = 4):
+    """JVP along dA vs finite differences, vs reverse mode, vs compiled code; the forward Jacobian
+    contracted with dA; forward and reverse Jacobians."""
     base = unrecorded(tcc.parse(src), "infer-ranges")
     rng = np.random.default_rng(3)
     other = random_inputs(base, {"n": n})
     a = rng.uniform(-1, 1, (n, n)) + 3 * np.eye(n)
     v = rng.uniform(-1, 1, (n, n))
     fwd = unrecorded(base, f"{autodiff(of, ['A'])},simplify,cse")
-    jv = tcc.run(fwd, {**other, "A": a, "dA": v})[fwd.outputs[0]]
+    values = tcc.run(fwd, {**other, "A": a, "dA": v})
+    jv = values[fwd.outputs[0]]
     eps = 1e-6
     plus, minus = (tcc.run(base, {**other, "A": a + s * eps * v})[of] for s in (1, -1))
     assert rel_err(jv, (plus - minus) / (2 * eps)) < 1e-7, of
+    assert_results_close(tcc.compile(fwd)(**{**other, "A": a, "dA": v}), values, "float64")
+    # reverse mode: <u, J v> = <J^T u, v>
+    back = unrecorded(base, f"{autodiff(of, ['A'], 'reverse')},{REVERSE}")
+    u = rng.uniform(-1, 1, jv.shape)
+    (seed_name,) = tangent_inputs(base, back)
+    ga = tcc.run(back, {**other, "A": a, seed_name: u})[back.outputs[0]]
+    assert abs(float(np.sum(u * jv)) - float(np.sum(ga * v))) < 1e-12 * max(1.0, float(np.sum(np.abs(u * jv))))
+    # Jacobians
     jac = unrecorded(base, f"{autodiff(of, ['A'], seed='delta')},simplify,cse")
     j = tcc.run(jac, {**other, "A": a})[jac.outputs[0]]
     assert rel_err(np.tensordot(j, v, axes=([j.ndim - 2, j.ndim - 1], [0, 1])), jv) < 1e-12, of
+    rjac = unrecorded(base, f"{autodiff(of, ['A'], 'reverse', 'delta')},{REVERSE}")
+    assert rjac.outputs == jac.outputs
+    assert rel_err(j, tcc.run(rjac, {**other, "A": a})[rjac.outputs[0]]) < 1e-12, of
     assert str(tcc.parse(str(fwd))) == str(fwd) and str(tcc.parse(str(jac))) == str(jac)
     return fwd, jac
 
@@ -413,8 +445,8 @@ def test_matrix_function_rules_print():
 def test_matrix_function_helpers_are_added_once_before_first_use():
     src = "input A[n, n], A_inv[n]\nC[i, j] = adj(A)[i, j]\nt = logdet(A)\ng = t * sum[i, j](C[i, j])\n"
     fwd, _ = matrix_jvp(src, "g")
-    # adj needs inv(A) and det(A): one new definition each (A_inv is taken: A_inv2), before dC
-    assert [d.name for d in fwd.definitions] == ["C", "t", "A_inv2", "A_det", "dC", "dt", "dg"]
+    # adj needs inv(A) and det(A): one new definition each (A_inv is taken: A_inv2), right after C
+    assert [d.name for d in fwd.definitions] == ["C", "A_inv2", "A_det", "t", "dC", "dt", "dg"]
     assert str(fwd).count("= inv(A)") == 1 and str(fwd).count("= det(A)") == 1
     assert "A_inv2[i, j] = inv(A)[i, j]\nA_det = det(A)\n" in str(fwd)
     again, _ = matrix_jvp(src, "g")
