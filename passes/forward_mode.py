@@ -73,7 +73,7 @@ from tcc.ir.expr import (
     postorder,
     rebuild,
 )
-from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and
+from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.program import Definition, Program, TensorDecl
 from tcc.passes.autodiff import _add, _div, _mul, child_adjoints
 
@@ -345,9 +345,10 @@ class _Forward:
         """The tangent of ``sum[k](b)``: ``sum[k](tangent of b)`` over the same range.
 
         With delta seeds the sum is distributed over the additive terms of the
-        tangent, and the conjuncts of a term's zero-guard that do not mention
-        ``k`` move outside its sum, so that ``simplify`` finds the Kronecker
-        deltas ``sum[k](where(k == β, ..., 0))`` it eliminates.
+        tangent (a ``where(c, a, b)`` is the two terms ``where(c, a, 0)`` and
+        ``where(not c, b, 0)``), and the conjuncts of a term's zero-guards that
+        do not mention ``k`` move outside its sum, so that ``simplify`` finds
+        the Kronecker deltas ``sum[k](where(k == β, ..., 0))`` it eliminates.
         """
         if not self.delta:
             return rebuild(node, (body_tangent,))
@@ -364,6 +365,12 @@ class _Forward:
             return self.terms(e.lhs) + [_negated(t) for t in self.terms(e.rhs)]
         if isinstance(e, Unary) and e.op == "neg":
             return [_negated(t) for t in self.terms(e.operand)]
+        if isinstance(e, Where) and not (is_zero(e.then) and is_zero(e.other)):
+            # where(c, a, b) = where(c, a, 0) + where(not c, b, 0), each guard over a's (b's) terms
+            out = [Where(e.cond, t, ZERO) for t in ([] if is_zero(e.then) else self.terms(e.then))]
+            if not is_zero(e.other):
+                out += [Where(negate(e.cond), t, ZERO) for t in self.terms(e.other)]
+            return out
         return [self.lift(e)]
 
     def sum_term(self, node: Expr, term: Expr) -> Expr:
@@ -374,14 +381,13 @@ class _Forward:
             assert isinstance(core, Where)
             conds.extend(conjuncts(core.cond))
             core = core.then
-        outer = [c for c in conds if not bound & set(c.names())]
-        if not outer:
+        if not conds:
             return rebuild(node, (term,))
+        # nested guards become one (simplify looks for the delta among its conjuncts)
         inner = make_and([c for c in conds if bound & set(c.names())])
+        outer = make_and([c for c in conds if not bound & set(c.names())])
         summed = rebuild(node, (core if inner is None else Where(inner, core, ZERO),))
-        cond = make_and(outer)
-        assert cond is not None
-        return Where(cond, summed, ZERO)
+        return summed if outer is None else Where(outer, summed, ZERO)
 
     # -- matrix functions ----------------------------------------------------
     def helper(self, fn: str, a: str) -> str:

@@ -277,6 +277,28 @@ def test_delta_jacobian_eliminates_the_deltas_it_can():
     assert "dd[i, j, dd_0] = where(0 <= dd_0 - i and dd_0 - i <= 4, -(3 * d[dd_0]**2) * f[i, j], 0)\n" in out
 
 
+def test_delta_jacobian_through_where_branches():
+    """A where inside a sum is split into two guards, so the delta is found in either branch."""
+    src = "input x[5], y[5]\noutput f[5]\nf[i] = sum[k: 0..4](where(k <= i, x[k] * y[k] + x[k]**2, sin(x[k])))\n"
+    out = jacobians_agree(src, "f", ["x", "y"])
+    assert str(out.definition("dx").body) == "where(dx_0 <= i, y[dx_0] + 2 * x[dx_0], 0) + where(dx_0 > i, cos(x[dx_0]), 0)"
+    assert str(out.definition("dy").body) == "where(dy_0 <= i, x[dy_0], 0)"
+
+
+def test_strided_delta_needs_the_index_solver():
+    """simplify substitutes deltas with unit coefficients only; a strided one (3*k + 1 == β) is left
+    to sum-liberation, index-solve and range-bound, which take forward mode's output as it is."""
+    src = "input y[7]\noutput f[2]\nf[i] = sum[k: 0..1](y[3*k + i])\n"
+    jac = forward(src, "f", ["y"], seed="delta")
+    assert str(jac.definition("dy").body) == "sum[k: 0..1](where(i + 3*k == dy_0, 1, 0))"
+    solved = tcc.transform(jac, REVERSE)
+    assert str(solved.definition("dy").body) == "where((dy_0 - i) % 3 == 0 and (dy_0 - i) // 3 <= 1, 1, 0)"
+    rev = tcc.transform(src, "infer-ranges," + autodiff("f", ["y"], "reverse", "delta") + "," + REVERSE)
+    inputs = {"y": np.arange(7.0)}
+    np.testing.assert_array_equal(tcc.run(solved, inputs)["dy"], tcc.run(rev, inputs)["dy"])
+    np.testing.assert_array_equal(tcc.run(jac, inputs)["dy"], tcc.run(rev, inputs)["dy"])
+
+
 def test_hessian_of_the_quadratic_form_forward_twice():
     qf = EXAMPLES[[x.stem for x in EXAMPLES].index("quadratic_form")]
     jac = autodiff("f", ["x"], seed="delta")
