@@ -163,14 +163,16 @@ class _Lifter:
     """
 
     def __init__(self) -> None:
-        self.memo: dict[int, Expr] = {}
+        # keyed by id, so the key node is kept alive with its result: the terms
+        # lifted here are built on the fly, and a collected node's id is reused
+        self.memo: dict[int, tuple[Expr, Expr]] = {}
 
     def __call__(self, e: Expr) -> Expr:
         hit = self.memo.get(id(e))
         if hit is None:
-            hit = self._lift(e)
+            hit = (e, self._lift(e))
             self.memo[id(e)] = hit
-        return hit
+        return hit[1]
 
     def _lift(self, e: Expr) -> Expr:
         if isinstance(e, Unary) and e.op == "neg":
