@@ -248,7 +248,7 @@ class _Forward:
                 if h.name != of:
                     names[h.name] = self.allocate("d" + h.name)
             names[of] = d_of
-            out_defs = self.chain(relevant, names, (), {x: () for x in wrt}, d_of)
+            out_defs = self.chain(relevant, names)
             inputs = program.inputs + tuple(TensorDecl(d_wrt[x], self.extents_of(x)) for x in wrt)
             outputs: tuple[str, ...] = (d_of,)
         else:
@@ -261,7 +261,7 @@ class _Forward:
                     if h.name != of:
                         names[h.name] = self.allocate("d" + h.name)
                 names[of] = d_wrt[x]
-                out_defs += self.chain(relevant, names, x_ext, {x: beta}, d_wrt[x])
+                out_defs += self.chain(relevant, names, (x, beta, x_ext))
             inputs = program.inputs
             outputs = tuple(d_wrt[x] for x in wrt)
         forward: list[Definition] = []
@@ -274,24 +274,23 @@ class _Forward:
         self,
         relevant: list[Definition],
         names: dict[str, str],
-        trailing_ext: tuple[Affine, ...],
-        seeds: dict[str, tuple[str, ...]],
-        result: str,
+        delta: tuple[str, tuple[str, ...], tuple[Affine, ...]] | None = None,
     ) -> list[Definition]:
-        """Tangent definitions of ``relevant`` in program order, ending with ``result`` (the tangent of ``of``).
+        """Tangent definitions of ``relevant`` in program order (the tangent of ``of`` last).
 
-        ``names`` maps a tensor with a tangent to its tangent's name; ``seeds``
-        maps each ``wrt`` input to the delta's indices ``β`` (only in delta mode).
+        ``names`` maps each tensor with a tangent (``wrt`` inputs in input mode,
+        definitions) to its tangent's name.  ``delta`` is ``(x, β, x's extents)``
+        for a Jacobian: ``x[e]``'s tangent is ``where(e == β, 1, 0)`` and every
+        tangent gets ``β`` as trailing indices.
         """
-        beta = next(iter(seeds.values())) if self.delta else ()
+        x, beta, trailing_ext = delta if delta is not None else ("", (), ())
         lead = tuple(Affine.var(b) for b in beta)
 
         def access_tangent(acc: Access) -> Expr | None:
-            t = acc.tensor
-            if t in seeds and self.delta:
-                return _delta(acc.indices, seeds[t])
-            if t in names and t != self.of:
-                return Access(names[t], acc.indices + lead)
+            if delta is not None and acc.tensor == x:
+                return _delta(acc.indices, beta)
+            if acc.tensor in names:
+                return Access(names[acc.tensor], acc.indices + lead)
             return None
 
         out: list[Definition] = []
@@ -302,10 +301,10 @@ class _Forward:
             else:
                 body = self.body_tangent(h, access_tangent)
             out.append(Definition(names[h.name], h.indices + beta, body, tuple(h.extents) + trailing_ext))
-        if not relevant:
+        if not relevant:  # f does not depend on x: its tangent is 0
             f = self.program.definition(self.of)
             assert f is not None and f.extents is not None
-            out.append(Definition(result, f.indices + beta, ZERO, tuple(f.extents) + trailing_ext))
+            out.append(Definition(names[self.of], f.indices + beta, ZERO, tuple(f.extents) + trailing_ext))
         return out
 
     # -- element-wise bodies -----------------------------------------------

@@ -333,6 +333,42 @@ def test_hessian_of_logistic_regression_forward_over_forward():
     np.testing.assert_allclose(h, X.T @ np.diag(y**2 * s * (1 - s)) @ X, rtol=1e-12)
 
 
+def test_hessian_vector_product_forward_over_reverse():
+    """Forward mode on reverse mode's gradient along v: H·v, without the Hessian."""
+    lr = EXAMPLES[[x.stem for x in EXAMPLES].index("logistic_regression")]
+    src = tcc.transform(tcc.parse(lr), "infer-ranges")
+    grad = tcc.grad(src, "f", ["w"])
+    hvp = tcc.transform(grad, autodiff("dw", ["w"]) + ",simplify,cse")
+    assert [d.name for d in hvp.inputs] == ["X", "w", "y", "df", "dw2"] and hvp.outputs == ("ddw",)
+    inputs = random_inputs(src, {"m": 6, "n": 4})
+    v = np.random.default_rng(5).uniform(-1, 1, 4)
+    got = tcc.run(hvp, {**inputs, "df": 1.0, "dw2": v})["ddw"]
+    X, w, y = inputs["X"], inputs["w"], inputs["y"]
+    s = 1 / (1 + np.exp(y * (X @ w)))
+    np.testing.assert_allclose(got, X.T @ (y**2 * s * (1 - s) * (X @ v)), rtol=1e-12)
+    assert_results_close(tcc.compile(hvp)(**inputs, df=np.float64(1.0), dw2=v), tcc.run(hvp, {**inputs, "df": 1.0, "dw2": v}), "float64")
+
+
+def test_forward_over_constrained_sums():
+    """A program that still holds constrained sums (after sum-liberation) has tangents too."""
+    urban = tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")])
+    partial = tcc.transform(urban, "infer-ranges,autodiff{of=f wrt=d},sum-liberation," + autodiff("dd", ["d"]))
+    assert "ddd[dd_0] = sum[i, j, k | " in str(partial)
+    solved = tcc.transform(urban, f"infer-ranges,autodiff{{of=f wrt=d}},{REVERSE},{autodiff('dd', ['d'])},simplify")
+    inputs = random_inputs(tcc.transform(urban, "infer-ranges"), {})
+    rng = np.random.default_rng(7)
+    inputs.update(df=rng.uniform(size=(3, 4)), dd2=rng.uniform(size=8))
+    assert rel_err(tcc.run(partial, inputs)["ddd"], tcc.run(solved, inputs)["ddd"]) < 1e-13
+
+
+def test_scalar_input():
+    src = "input s, x[3]\nf[i] = exp(s * x[i]) + s**2\n"
+    assert str(forward(src, "f", ["s"]).definition("df").body) == "ds * x[i] * exp(s * x[i]) + ds * 2 * s"
+    assert str(forward(src, "f", ["s"], seed="delta").definition("ds").body) == "x[i] * exp(s * x[i]) + 2 * s"
+    jvp_checks(src, "f", ["s", "x"])
+    jacobians_agree(src, "f", ["s", "x"])
+
+
 # ---------------------------------------------------------------------------
 # names
 
