@@ -85,7 +85,7 @@ class AutoDiff(Pass):
         if self.seed not in ("input", "delta"):
             raise TccError(f"autodiff: seed must be 'input' or 'delta', not '{self.seed}'")
         if self.mode == "forward":
-            from tcc.passes.forward_mode import differentiate_forward
+            from tcc.forward_mode import differentiate_forward
 
             return differentiate_forward(program, self.of, self.wrt, delta=self.seed == "delta")
         return differentiate(program, self.of, self.wrt, delta=self.seed == "delta")
