@@ -247,31 +247,35 @@ def _const_cond(c: Cond) -> bool | None:
 
 
 class _Simplifier:
+    # The caches are keyed by id() and also hold the key node: simplify builds
+    # and drops temporary nodes (at_point, lifted guards), and a dropped node's
+    # id may be reused by another node, which would then hit its entry.
     def __init__(self) -> None:
         self.memo: dict = {}
-        self.context_free: dict[int, Expr] = {}
-        self.needs_facts: dict[int, bool] = {}
+        self.context_free: dict[int, tuple[Expr, Expr]] = {}
+        self.needs_facts: dict[int, tuple[Expr, bool]] = {}
 
     def needs(self, e: Expr) -> bool:
         hit = self.needs_facts.get(id(e))
-        if hit is None:
-            hit = isinstance(e, (Where, Sum, CSum)) or any(self.needs(c) for c in e.children())
-            self.needs_facts[id(e)] = hit
-        return hit
+        if hit is None or hit[0] is not e:
+            value = isinstance(e, (Where, Sum, CSum)) or any(self.needs(c) for c in e.children())
+            self.needs_facts[id(e)] = (e, value)
+            return value
+        return hit[1]
 
     def expr(self, e: Expr, facts: Facts) -> Expr:
         if not self.needs(e):
             hit = self.context_free.get(id(e))
-            if hit is None:
-                hit = fold_all(e)
+            if hit is None or hit[0] is not e:
+                hit = (e, fold_all(e))
                 self.context_free[id(e)] = hit
-            return hit
+            return hit[1]
         key = (id(e), facts.rows)
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit
+        got = self.memo.get(key)
+        if got is not None and got[0] is e:
+            return got[1]
         out = self._expr(e, facts)
-        self.memo[key] = out
+        self.memo[key] = (e, out)
         return out
 
     def cond(self, c: Cond, facts: Facts) -> Cond | bool:
