@@ -81,8 +81,9 @@ LLVM intrinsics and how library math functions are named) lives in
 External kernels
 ----------------
 A kernel that is ``extern inv(A) -> B`` (a matrix function,
-:attr:`tcc.ir.loops.Kernel.extern`) produces no LLVM function: the runtime
-runs it with LAPACK through NumPy between the compiled kernels.  Its entry in
+:attr:`tcc.ir.loops.Kernel.extern`) or ``extern matmul(A, B) -> C`` (a matrix
+product) produces no LLVM function: the runtime runs it with LAPACK or BLAS
+through NumPy between the compiled kernels.  Its entry in
 ``kernel_symbols`` is ``""`` and the printed module lists it in a comment.
 Target ``cuda`` refuses such programs (:func:`cuda_refusal`); ``cuda-sim``
 runs them on the host like the CPU.
@@ -159,8 +160,8 @@ class LLVMModule:
     def externs_comment(self) -> str:
         """``;`` lines naming the external kernels, which have no code in the module."""
         lines = [
-            f"; kernel {k.name}: extern {k.extern.fn}({k.extern.arg}) -> {k.extern.out}"
-            " runs on the host (LAPACK through NumPy), between the compiled kernels\n"
+            f"; kernel {k.name}: {k.extern} runs on the host"
+            f" ({'BLAS' if k.extern.fn == 'matmul' else 'LAPACK'} through NumPy), between the compiled kernels\n"
             for k in self.program.kernels
             if k.extern is not None
         ]
@@ -301,11 +302,16 @@ def band_extents(band: tuple[For, ...], sizes: Mapping[str, int]) -> tuple[int, 
     return tuple(counts)
 
 
-def cuda_refusal(fn: str, arg: str, out: str, loc=None, source=None) -> TccError:  # noqa: ANN001
-    """The error for a matrix function in a program compiled for target cuda."""
+def cuda_refusal(fn: str, arg: "str | tuple[str, ...]", out: str, loc=None, source=None) -> TccError:  # noqa: ANN001
+    """The error for a matrix function or product in a program compiled for target cuda."""
+    args = arg if isinstance(arg, str) else ", ".join(arg)
+    if fn == "matmul":
+        what, library = "matrix products", "BLAS"
+    else:
+        what, library = "matrix functions", "LAPACK"
     return TccError(
-        f"{fn}({arg}) (definition '{out}') is computed by LAPACK on the host; the cuda target does not "
-        "support matrix functions yet: compile for the cpu",
+        f"{fn}({args}) (definition '{out}') is computed by {library} on the host; the cuda target does not "
+        f"support {what} yet: compile for the cpu",
         loc,
         source,
     )
@@ -362,7 +368,7 @@ def lower_program(
     for kernel in program.kernels:
         ext = kernel.extern
         if ext is not None and tgt.abi == "grid":
-            raise cuda_refusal(ext.fn, ext.arg, ext.out)
+            raise cuda_refusal(ext.fn, ext.args, ext.out)
     for index, kernel in enumerate(program.kernels):
         if kernel.extern is not None:
             symbols.append("")  # run by the runtime on the host: no code here

@@ -178,7 +178,7 @@ def _refuse_matrix_functions(program: Any) -> None:
         if isinstance(d.body, MatrixFn):
             from tcc.backends.llvm import cuda_refusal
 
-            raise cuda_refusal(d.body.fn, d.body.tensor, d.name, d.loc, program.source)
+            raise cuda_refusal(d.body.fn, d.body.args, d.name, d.loc, program.source)
 
 
 def clear_cache() -> None:

@@ -42,6 +42,8 @@ mention the summation index is moved outside the sum: what remains is
     adj:    dC[i, j] = det(A) · (Σ_{p,q} inv(A)[q, p] · dA[p, q]) · inv(A)[i, j]
                        - det(A) · Σ_{p,q} inv(A)[i, p] · dA[p, q] · inv(A)[q, j]
 
+    matmul: dC[i, j] = Σ_k dA[i, k] · B[k, j] + Σ_k A[i, k] · dB[k, j]
+
 ``inv(A)`` and ``det(A)`` are read from an existing definition of the program
 when there is one (``B`` itself for ``inv``); otherwise one new definition per
 argument (``A_inv``, ``A_det``, fresh names) is placed right after the first
@@ -337,7 +339,7 @@ class _Forward:
                         if c is child:
                             t = _add(t, term)
             elif isinstance(n, MatrixFn):  # pragma: no cover - the parser keeps it a whole body
-                raise TccError(f"{n.fn}({n.tensor}) must be the whole body of a definition")
+                raise TccError(f"{n} must be the whole body of a definition")
             tangent[id(n)] = t
         t_root = tangent[id(h.body)]
         return ZERO if t_root is None else t_root
@@ -411,8 +413,25 @@ class _Forward:
                 follow.append(Definition(name, (), MatrixFn("det", a), ()))
         return name
 
+    def matmul_tangent(self, h: Definition, dname: str, access_tangent: Callable[[Access], Expr | None]) -> Expr:
+        """``C = matmul(A, B)``: ``dC[i, j] = Σ_k dA[i, k] · B[k, j] + Σ_k A[i, k] · dB[k, j]``."""
+        assert isinstance(h.body, MatrixFn)
+        a, b = h.body.args
+        inner = self.extents_of(a)[1]
+        k = self.allocate(f"{dname}_k")
+        i, j, K = Affine.var(h.indices[0]), Affine.var(h.indices[1]), Affine.var(k)
+        zero = (Affine.constant(0),)
+        a_ik, b_kj = Access(a, (i, K)), Access(b, (K, j))
+        da, db = access_tangent(a_ik), access_tangent(b_kj)
+        out: Expr | None = None
+        for body in ([] if da is None else [_mul(da, b_kj)]) + ([] if db is None else [_mul(a_ik, db)]):
+            out = _add(out, self.make_sum(Sum(k, zero, (inner - 1,), body), body))
+        return ZERO if out is None else out
+
     def matrix_tangent(self, h: Definition, dname: str, access_tangent: Callable[[Access], Expr | None]) -> Expr:
         assert isinstance(h.body, MatrixFn)
+        if h.body.fn == "matmul":
+            return self.matmul_tangent(h, dname, access_tangent)
         self.current = h  # new helpers follow the first definition that needs them
         fn, a = h.body.fn, h.body.tensor
         ext = self.extents_of(a)

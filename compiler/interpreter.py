@@ -80,15 +80,37 @@ def _adjugate(a: np.ndarray) -> np.ndarray:
     return (sign * (vh.T * (prefix * suffix))) @ u.T
 
 
-def matrix_function(fn: str, a: np.ndarray, where: str = "") -> np.ndarray:
-    """``inv``, ``adj``, ``det`` or ``logdet`` (``log|det|``) of the square matrix ``a``, in its dtype.
+def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
+    """``inv``, ``adj``, ``det`` or ``logdet`` (``log|det|``) of the square matrix ``a``
+    (``matrix_function(fn, a)``), or ``matmul`` of ``a`` and ``b``
+    (``matrix_function("matmul", a, b)``: ``a @ b``, NumPy's BLAS), in ``a``'s dtype.
+    ``where`` names the definition in errors (also accepted as the last
+    positional argument, as before ``matmul``).
 
     ``inv`` of an exactly singular matrix (LAPACK finds a zero pivot) is an
     error naming ``where``; a nearly singular one gives LAPACK's large
     values.  ``det`` of a singular matrix is 0 and ``logdet`` is ``-inf``;
     ``adj`` is computed through the SVD (:func:`_adjugate`) and is defined
-    for every matrix.  A 0 x 0 matrix has ``det`` 1.
+    for every matrix.  A 0 x 0 matrix has ``det`` 1.  ``matmul`` needs
+    matrices with equal inner extents.
     """
+    if args and isinstance(args[-1], str):
+        where, args = args[-1], args[:-1]
+    if not args:
+        raise TccError(f"{fn} needs a matrix")
+    a, more = args[0], args[1:]
+    if fn == "matmul":
+        if len(more) != 1:
+            raise TccError(f"matmul takes two matrices, not {1 + len(more)}")
+        a, b = np.asarray(a), np.asarray(more[0])
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise TccError(
+                f"matmul needs matrices with equal inner extents{' in ' + where if where else ''}, "
+                f"got shapes {a.shape} and {b.shape}"
+            )
+        return np.matmul(a, b.astype(a.dtype, copy=False))
+    if more:
+        raise TccError(f"{fn} takes one matrix, not {1 + len(more)}")
     a = np.asarray(a)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise TccError(f"{fn} needs a square matrix{' in ' + where if where else ''}, got shape {a.shape}")
@@ -206,7 +228,7 @@ class _Evaluator:
         if isinstance(node, CSum):
             return self.ev(self.lower_csum(node), sc, active)
         if isinstance(node, MatrixFn):
-            raise TccError(f"{node.fn}({node.tensor}) in {self.where} is not element-wise: only a whole definition can be one")
+            raise TccError(f"{node} in {self.where} is not element-wise: only a whole definition can be one")
         raise TypeError(f"cannot evaluate {type(node).__name__}")
 
     # -- index expressions ------------------------------------------------
@@ -398,12 +420,15 @@ def evaluate(
                 raise TccError(f"definition '{d.name}' has {len(d.indices)} indices but {len(extents)} extents")
             shape = extents_shape(extents, sizes)
             if isinstance(d.body, MatrixFn):
-                fn, arg = d.body.fn, d.body.tensor
-                if arg not in tensors:
-                    raise TccError(f"definition '{d.name}' reads '{arg}', which is not an input or an earlier definition")
-                value = np.array(matrix_function(fn, tensors[arg], f"definition '{d.name}'"), dtype=dtype, order="C")
+                fn, args = d.body.fn, d.body.args
+                for arg in args:
+                    if arg not in tensors:
+                        raise TccError(f"definition '{d.name}' reads '{arg}', which is not an input or an earlier definition")
+                value = np.array(
+                    matrix_function(fn, *(tensors[a] for a in args), where=f"definition '{d.name}'"), dtype=dtype, order="C"
+                )
                 if value.shape != shape:
-                    raise TccError(f"definition '{d.name}' has shape {shape} but {fn}({arg}) has shape {value.shape}")
+                    raise TccError(f"definition '{d.name}' has shape {shape} but {d.body} has shape {value.shape}")
                 results[d.name] = value
                 tensors[d.name] = value
                 continue

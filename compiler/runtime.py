@@ -18,11 +18,12 @@ pool: ctypes releases the GIL for the duration of a foreign call, so the parts
 run truly in parallel.  Kernels run in order; a kernel starts when every part
 of the previous one has finished.
 
-External kernels (``extern inv(A) -> B``: a matrix function) have no code;
-:func:`run_extern` computes them here with LAPACK through NumPy
-(:func:`tcc.interpreter.matrix_function`, the interpreter's own code) on the
-bound arrays, in kernel order, writing the result into the output array in
-place.  They run on the calling thread (NumPy's BLAS may use its own
+External kernels (``extern inv(A) -> B``: a matrix function;
+``extern matmul(A, B) -> C``: a matrix product) have no code;
+:func:`run_extern` computes them here with LAPACK or BLAS through NumPy
+(:func:`tcc.interpreter.matrix_function`, the interpreter's own code, and
+``np.matmul(A, B, out=C)``) on the bound arrays, in kernel order, writing the
+result into the output array in place.  They run on the calling thread (NumPy's BLAS may use its own
 threads), after every part of the previous kernel has finished.
 
 Target ``cuda-sim`` runs the CUDA backend's grid kernels on the host: each
@@ -65,11 +66,22 @@ def default_threads() -> int:
 
 
 def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
-    """Run the external kernel ``extern fn(arg) -> out`` on the bound arrays, writing ``out`` in place."""
+    """Run the external kernel ``extern fn(args) -> out`` on the bound arrays, writing ``out`` in place.
+
+    ``matmul`` writes straight into ``out`` (``np.matmul(A, B, out=C)``: NumPy's
+    BLAS, no temporary; the runtime never binds overlapping buffers).
+    """
     from tcc.interpreter import matrix_function
 
     out = buffers[stmt.out]
-    out[...] = matrix_function(stmt.fn, buffers[stmt.arg], f"definition '{stmt.out}'")
+    if stmt.fn == "matmul":
+        a, b = (buffers[n] for n in stmt.args)
+        if a.shape[1] == 0:  # an empty inner dimension: the product is all zeros
+            out[...] = 0
+        else:
+            np.matmul(a, b, out=out)
+        return
+    out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
 
 
 _POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 from tcc.diagnostics import TccError
 
 from .expr import (
+    MATMUL,
     MATRIX_FUNCTIONS,
     ONE,
     UNARY_FUNCTIONS,
@@ -194,6 +195,8 @@ def starts_tensor_expression(p, orders: dict[str, int]) -> bool:  # noqa: ANN001
     It is when it has an Einstein product, ``delta(n)``, ``^``, a matrix
     function, or names a non-scalar tensor without indices.
     """
+    if p.peek().is_word(MATMUL):  # matmul(A, B): an L1 definition of its own (the L1 parser checks it)
+        return False
     k = 0
     while True:
         t = p.peek(k)
@@ -326,6 +329,12 @@ class TensorExprParser:
                 if fn in MATRIX_FUNCTIONS:
                     return TMatrix(tok, fn=fn, arg=arg)
                 return TUnary(tok, op=fn, arg=arg)
+            if word == MATMUL:
+                raise p.error(
+                    "matmul is a definition of its own ('C[i, j] = matmul(A, B)[i, j]'); "
+                    "in a whole-tensor expression write the product A *(ij,jk->ik) B",
+                    tok,
+                )
             known = ", ".join(UNARY_FUNCTIONS + tuple(MATRIX_FUNCTIONS) + ("delta",))
             raise p.error(f"unknown function '{word}' (functions: {known})", tok)
         if p.peek(1).is_op("["):

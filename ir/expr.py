@@ -23,6 +23,11 @@ BINARY_OPS = ("+", "-", "*", "/", "**")
 #: Functions of a whole square matrix, by the order of their result.  They are
 #: not element-wise, so each one is a definition of its own (``MatrixFn``).
 MATRIX_FUNCTIONS = {"det": 0, "logdet": 0, "inv": 2, "adj": 2}
+#: The matrix product ``matmul(A, B)`` of two named order-2 tensors (``C = A @ B``):
+#: a ``MatrixFn`` with two arguments, also a definition of its own.
+MATMUL = "matmul"
+#: Every function a ``MatrixFn`` holds, by its number of arguments.
+MATRIX_ARITY = {**{fn: 1 for fn in MATRIX_FUNCTIONS}, MATMUL: 2}
 
 _TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 
@@ -177,29 +182,48 @@ class CSum(Expr):
 
 
 class MatrixFn(Expr):
-    """``inv(A)``, ``adj(A)``, ``det(A)`` or ``logdet(A)`` of a whole square matrix ``A``.
+    """A function of whole matrices: ``inv(A)``, ``adj(A)``, ``det(A)``,
+    ``logdet(A)`` of a square ``A``, or the product ``matmul(A, B)``.
 
     Only ever the entire body of a definition (``B[i, j] = inv(A)[i, j]``,
-    ``s = det(A)``): every other node is element-wise, and keeping the
-    matrix function at the definition level lets every element-wise pass
-    treat its result as an ordinary tensor that is read with accesses.
-    ``lower-loops`` turns such a definition into an external kernel (LAPACK
-    through NumPy).  ``logdet`` is ``log(abs(det(A)))``.
+    ``s = det(A)``, ``C[i, j] = matmul(A, B)[i, j]``): every other node is
+    element-wise, and keeping the whole-matrix function at the definition
+    level lets every element-wise pass treat its result as an ordinary tensor
+    that is read with accesses.  ``lower-loops`` turns such a definition into
+    an external kernel (LAPACK or BLAS through NumPy).  ``logdet`` is
+    ``log(abs(det(A)))``.
+
+    ``args`` are tensor names (:data:`MATRIX_ARITY` of them); the constructor
+    takes them as separate arguments: ``MatrixFn("inv", "A")``,
+    ``MatrixFn("matmul", "A", "B")``.  ``tensor`` is the argument of a
+    one-argument function.
     """
 
-    __slots__ = ("fn", "tensor")
-    _fields = ("fn", "tensor")
+    __slots__ = ("fn", "args")
+    _fields = ("fn", "args")
     fn: str
-    tensor: str
+    args: tuple[str, ...]
 
-    def __new__(cls, fn: str, tensor: str) -> "MatrixFn":
-        if fn not in MATRIX_FUNCTIONS:
+    def __new__(cls, fn: str, *args: Any) -> "MatrixFn":
+        if fn not in MATRIX_ARITY:
             raise ValueError(f"unknown matrix function {fn!r}")
-        return super().__new__(cls, fn, tensor)
+        if len(args) == 1 and isinstance(args[0], tuple):  # MatrixFn(fn, ("A", "B")), as __reduce__ gives
+            args = args[0]
+        if len(args) != MATRIX_ARITY[fn] or not all(isinstance(a, str) for a in args):
+            raise TypeError(f"{fn} takes {MATRIX_ARITY[fn]} tensor name{'s' if MATRIX_ARITY[fn] != 1 else ''}, not {args!r}")
+        return super().__new__(cls, fn, tuple(args))
 
     @property
     def order(self) -> int:
-        return MATRIX_FUNCTIONS[self.fn]
+        """The order of the result: 2 (``inv``, ``adj``, ``matmul``) or 0 (``det``, ``logdet``)."""
+        return 2 if self.fn == MATMUL else MATRIX_FUNCTIONS[self.fn]
+
+    @property
+    def tensor(self) -> str:
+        """The argument of a one-argument function (``inv``, ``adj``, ``det``, ``logdet``)."""
+        if len(self.args) != 1:
+            raise AttributeError(f"{self.fn} has {len(self.args)} arguments: read .args")
+        return self.args[0]
 
 
 # ---------------------------------------------------------------------------
@@ -330,7 +354,13 @@ def free_names(root: Expr) -> tuple[str, ...]:
 
 def accessed_tensors(root: Expr) -> tuple[str, ...]:
     """Tensors the expression reads, by an access or as a matrix function's argument."""
-    return tuple(dict.fromkeys(n.tensor for n in postorder(root) if isinstance(n, (Access, MatrixFn))))
+    out: dict[str, None] = {}
+    for n in postorder(root):
+        if isinstance(n, Access):
+            out[n.tensor] = None
+        elif isinstance(n, MatrixFn):
+            out.update(dict.fromkeys(n.args))
+    return tuple(out)
 
 
 def all_names(root: Expr) -> tuple[str, ...]:

@@ -14,13 +14,13 @@ from typing import Iterator
 
 from tcc.diagnostics import TccError
 
-from .expr import MATRIX_FUNCTIONS, UNARY_FUNCTIONS
+from .expr import MATRIX_ARITY, UNARY_FUNCTIONS
 from .program import Loc, SourceMap
 
 #: Words that can never be tensor, index or size names.
 KEYWORDS = frozenset(
     ("input", "output", "local", "sum", "where", "max", "min", "and", "or", "not") + UNARY_FUNCTIONS
-    + tuple(MATRIX_FUNCTIONS)
+    + tuple(MATRIX_ARITY)
 )
 
 #: Operators, longest first so that ``**`` wins over ``*``.

@@ -13,10 +13,11 @@ and TACO's imperative IRs were the models):
   per L1 definition.  A ``For`` marked ``parallel`` at the top of a kernel is
   split over threads by the runtime (CPU) or over GPU threads.
 * **external kernels** -- a kernel whose body is the single statement
-  :class:`Extern` (``extern inv(A) -> B``) computes a matrix function of a
-  whole buffer outside compiled code (LAPACK through NumPy, on the host).
-  It reads ``A`` and writes all of ``B``; L2 passes leave such kernels alone
-  and never move code across them.
+  :class:`Extern` (``extern inv(A) -> B``, ``extern matmul(A, B) -> C``)
+  computes a matrix function or product of whole buffers outside compiled
+  code (LAPACK or BLAS through NumPy, on the host).  It reads its arguments
+  and writes all of its result; L2 passes leave such kernels alone and never
+  move code across them.
 
 Scalar expressions are L1 expression nodes (:mod:`tcc.ir.expr`) without
 ``Sum``/``CSum``: ``Access(buf, idx)`` is a load, ``Access(name, ())`` of a
@@ -123,15 +124,19 @@ class If:
 
 @dataclass(frozen=True)
 class Extern:
-    """``extern fn(arg) -> out``: a matrix function (``inv``, ``adj``, ``det``,
+    """``extern fn(args) -> out``: a matrix function (``inv``, ``adj``, ``det``,
     ``logdet``; :data:`tcc.ir.expr.MATRIX_FUNCTIONS`) of the whole square
-    buffer ``arg``, written to all of ``out`` by the runtime (LAPACK through
-    NumPy), not by compiled code.  It is always the whole body of its kernel
+    buffer ``args[0]``, or the product ``matmul(A, B)`` of two whole buffers,
+    written to all of ``out`` by the runtime (LAPACK or BLAS through NumPy),
+    not by compiled code.  It is always the whole body of its kernel
     (:attr:`Kernel.extern`)."""
 
     fn: str
     out: str
-    arg: str
+    args: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"extern {self.fn}({', '.join(self.args)}) -> {self.out}"
 
 
 Stmt = Union[For, Let, Local, Store, Accumulate, If, Extern]
@@ -272,7 +277,7 @@ def format_stmts(body: tuple[Stmt, ...], indent: int = 1, printer: _Printer | No
                 lines += format_stmts(s.orelse, indent + 1, p)
             lines.append(pad + "}")
         elif isinstance(s, Extern):
-            lines.append(f"{pad}extern {s.fn}({s.arg}) -> {s.out}")
+            lines.append(f"{pad}{s}")
         else:  # pragma: no cover - closed set
             raise TypeError(f"not an L2 statement: {s!r}")
     return lines

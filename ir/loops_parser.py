@@ -38,7 +38,7 @@ from typing import Iterator
 
 from tcc.diagnostics import TccError
 
-from .expr import MATRIX_FUNCTIONS, Expr
+from .expr import MATRIX_ARITY, Expr
 from .index import Affine
 from .lexer import Token, tokenize
 from .loops import ROLES, Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
@@ -210,7 +210,7 @@ class LoopParser(Parser):
             s = Local(name, self.expr())
         elif tok.is_word("if") and not (nxt.is_op("[", "=") or self.accumulate_op(1)):
             s = self.if_stmt()
-        elif tok.is_word("extern") and nxt.is_word(*MATRIX_FUNCTIONS):
+        elif tok.is_word("extern") and nxt.is_word(*MATRIX_ARITY):
             s = self.extern()
         elif tok.kind == "NAME":
             s = self.assignment()
@@ -240,11 +240,15 @@ class LoopParser(Parser):
         return If(cond, then, orelse)
 
     def extern(self) -> Extern:
-        """``extern inv(A) -> B`` (the lexer has no ``->``: ``-`` directly followed by ``>``)."""
+        """``extern inv(A) -> B``, ``extern matmul(A, B) -> C`` (the lexer has no ``->``:
+        ``-`` directly followed by ``>``)."""
         self.advance()  # 'extern'
         fn = self.advance().value
         self.expect("(")
-        arg = self.name("a buffer name").value
+        args = [self.name("a buffer name").value]
+        while self.peek().is_op(","):
+            self.advance()
+            args.append(self.name("a buffer name").value)
         self.expect(")")
         minus, gt = self.peek(), self.peek(1)
         if not (minus.is_op("-") and gt.is_op(">") and gt.pos == minus.end):
@@ -252,7 +256,7 @@ class LoopParser(Parser):
         self.advance()
         self.advance()
         out = self.name("a buffer name").value
-        return Extern(fn, out, arg)
+        return Extern(fn, out, tuple(args))
 
     def accumulate_op(self, k: int = 0) -> bool:
         """``+`` directly followed by ``=`` at lookahead ``k`` (the lexer has no ``+=``)."""

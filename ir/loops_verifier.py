@@ -25,6 +25,9 @@ rank; inputs are never written.  Scalar expressions hold no ``Sum``/``CSum``.
 ``fn`` is a matrix function, ``A`` a declared buffer of rank 2 whose two
 extents are the same expression, and ``B`` another buffer, not an input, of
 shape ``A``'s (``inv``, ``adj``) or 0-d (``det``, ``logdet``).
+``extern matmul(A, B) -> C``: ``A`` (p x q) and ``B`` (q x r) are declared
+buffers of rank 2 whose inner extents are the same expression, ``C`` is
+another buffer (neither ``A`` nor ``B``), not an input, of shape p x r.
 
 **Parallel loops** must be race-free, which is checked conservatively (a
 rejected loop may be fine; an accepted one is).  In ``parallel for v``:
@@ -54,7 +57,7 @@ from typing import Callable, Union
 
 from tcc.diagnostics import TccError
 
-from .expr import MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, postorder
+from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, postorder
 from .index import Affine, format_affine
 from .loops import (
     ROLES,
@@ -229,31 +232,48 @@ class _Verifier:
             self.check_race(self.parallel.pop())
 
     def extern(self, s: Extern) -> None:
-        call = f"extern {s.fn}({s.arg}) -> {s.out}"
+        call = str(s)
         if self.kernel is None or self.kernel.body != (s,):
             raise self.error(f"'{call}' must be the only statement of its kernel")
-        if s.fn not in MATRIX_FUNCTIONS:
+        if s.fn not in MATRIX_ARITY:
             raise self.error(f"unknown matrix function '{s.fn}' in '{call}'")
-        arg = self.buffers.get(s.arg)
-        if arg is None:
-            raise self.error(f"undeclared buffer '{s.arg}' in '{call}'")
-        if arg.rank != 2:
-            raise self.error(f"{s.fn} needs a matrix: '{s.arg}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
-        if arg.shape[0] != arg.shape[1]:
-            shape = " x ".join(format_affine(e) for e in arg.shape)
-            raise self.error(f"{s.fn} needs a square matrix: '{s.arg}' is {shape}")
+        if len(s.args) != MATRIX_ARITY[s.fn]:
+            raise self.error(f"{s.fn} takes {_plural(MATRIX_ARITY[s.fn], 'buffer', 'buffers')}: '{call}'")
+        args = []
+        for name in s.args:
+            arg = self.buffers.get(name)
+            if arg is None:
+                raise self.error(f"undeclared buffer '{name}' in '{call}'")
+            if arg.rank != 2:
+                raise self.error(f"{s.fn} needs a matrix: '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
+            args.append(arg)
+        if s.fn == MATMUL:
+            a, b = args
+            if a.shape[1] != b.shape[0]:
+                sa = " x ".join(format_affine(e) for e in a.shape)
+                sb = " x ".join(format_affine(e) for e in b.shape)
+                raise self.error(
+                    f"matmul needs the columns of '{a.name}' to match the rows of '{b.name}': "
+                    f"'{a.name}' is {sa}, '{b.name}' is {sb}"
+                )
+            want: tuple = (a.shape[0], b.shape[1])
+        else:
+            (arg,) = args
+            if arg.shape[0] != arg.shape[1]:
+                shape = " x ".join(format_affine(e) for e in arg.shape)
+                raise self.error(f"{s.fn} needs a square matrix: '{arg.name}' is {shape}")
+            want = arg.shape if MATRIX_FUNCTIONS[s.fn] else ()
         out = self.buffers.get(s.out)
         if out is None:
             raise self.error(f"undeclared buffer '{s.out}' in '{call}'")
         if out.role == "input":
             raise self.error(f"cannot write to input '{s.out}': {call}")
-        if s.out == s.arg:
+        if s.out in s.args:
             raise self.error(f"'{call}' writes the buffer it reads")
-        want = arg.shape if MATRIX_FUNCTIONS[s.fn] else ()
-        if out.shape != want:
+        if tuple(out.shape) != tuple(want):
             have = " x ".join(format_affine(e) for e in out.shape) or "0-d"
             need = " x ".join(format_affine(e) for e in want) or "0-d"
-            raise self.error(f"'{s.out}' is {have}, but {s.fn}({s.arg}) is {need}")
+            raise self.error(f"'{s.out}' is {have}, but {s.fn}({', '.join(s.args)}) is {need}")
 
     def define_scalar(self, name: str, kind: str) -> None:
         if name in self.sizes:

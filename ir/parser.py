@@ -31,6 +31,8 @@ from tcc.diagnostics import TccError
 
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
+    MATMUL,
+    MATRIX_ARITY,
     MATRIX_FUNCTIONS,
     UNARY_FUNCTIONS,
     Access,
@@ -192,7 +194,7 @@ class Parser:
                         shapes[o.name] = o.extents
                         whole.add(o.name)
                     body = d.body
-                elif self.peek().is_word(*MATRIX_FUNCTIONS) and self.peek(1).is_op("("):
+                elif self.peek().is_word(*MATRIX_ARITY) and self.peek(1).is_op("("):
                     body = self.matrix_definition(ntok, indices)
                     defs[ntok.value] = (ntok, tuple(indices), body)
                 else:
@@ -247,13 +249,23 @@ class Parser:
         return body
 
     def matrix_definition(self, ntok: Token, indices: list[str]) -> Expr:
-        """``B[i, j] = inv(A)[i, j]`` or ``s = det(A)``: the whole body, indices as on the left."""
+        """``B[i, j] = inv(A)[i, j]``, ``s = det(A)`` or ``C[i, j] = matmul(A, B)[i, j]``:
+        the whole body, indices as on the left."""
         ftok = self.advance()
         fn = ftok.value
         self.expect("(")
         atok = self.name("a matrix name")
+        args = [atok.value]
+        while self.peek().is_op(","):
+            self.advance()
+            args.append(self.name("a matrix name").value)
+        ctok = self.peek()
         self.expect(")")
-        node = MatrixFn(fn, atok.value)
+        call = f"{fn}({', '.join(args)})"
+        if len(args) != MATRIX_ARITY[fn]:
+            want = "two matrices: matmul(A, B)" if fn == MATMUL else f"one matrix: {fn}(A)"
+            raise self.error(f"{fn} takes {want} (here: {call})", ctok)
+        node = MatrixFn(fn, *args)
         self.record(node, atok)
         given: list[str] = []
         if self.peek().is_op("["):
@@ -264,20 +276,19 @@ class Parser:
                     break
                 self.advance()
             self.expect("]")
-        order = MATRIX_FUNCTIONS[fn]
+        order = node.order
         if len(indices) != order or given != indices:
             lhs = f"{ntok.value}[{', '.join(indices)}]" if indices else ntok.value
-            want = (
-                f"{ntok.value}[i, j] = {fn}({atok.value})[i, j]" if order else f"{ntok.value} = {fn}({atok.value})"
-            )
+            want = f"{ntok.value}[i, j] = {call}[i, j]" if order else f"{ntok.value} = {call}"
             raise self.error(
                 f"{fn} gives a {'matrix' if order else 'scalar'}; its definition is written '{want}' "
                 f"(here: '{lhs}' with indices [{', '.join(given)}])",
                 ftok,
             )
         if not self.at_end_of_statement():
+            what = "a matrix product" if fn == MATMUL else "a matrix function"
             raise self.error(
-                f"a matrix function is a definition of its own: define '{ntok.value}' as {fn}({atok.value}) "
+                f"{what} is a definition of its own: define '{ntok.value}' as {call} "
                 f"alone and use '{ntok.value}' in other definitions",
                 self.peek(),
             )
@@ -355,8 +366,11 @@ class Parser:
             other = self.expr()
             self.expect(")")
             return Where(cond, then, other)
-        if word in MATRIX_FUNCTIONS and self.peek(1).is_op("("):
-            example = f"B[i, j] = {word}(A)[i, j]" if MATRIX_FUNCTIONS[word] else f"s = {word}(A)"
+        if word in MATRIX_ARITY and self.peek(1).is_op("("):
+            if word == MATMUL:
+                example = "C[i, j] = matmul(A, B)[i, j]"
+            else:
+                example = f"B[i, j] = {word}(A)[i, j]" if MATRIX_FUNCTIONS[word] else f"s = {word}(A)"
             raise self.error(f"{word} is not element-wise: give it a definition of its own ('{example}') and read that", tok)
         if word in _FUNCTIONS:
             self.advance()

@@ -62,7 +62,7 @@ class _Printer:
                 return e.tensor
             return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
         if isinstance(e, MatrixFn):
-            return f"{e.fn}({e.tensor})"
+            return f"{e.fn}({', '.join(e.args)})"
         if isinstance(e, Unary):
             if e.op == "neg":
                 if isinstance(e.operand, Const):

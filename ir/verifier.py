@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tcc.diagnostics import TccError
 
-from .expr import MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where
+from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
@@ -91,25 +91,30 @@ class _Verifier:
         self.expr(d.body, d, set(d.indices), defined, {})
 
     def matrix_definition(self, d: Definition, defined: set[str]) -> None:
-        """``B[i, j] = inv(A)[i, j]`` / ``s = det(A)``: an earlier square matrix, indices by the result's order."""
-        fn, name = d.body.fn, d.body.tensor
-        loc = self.p.loc_of(d.body) or d.loc
-        order = MATRIX_FUNCTIONS[fn]
+        """``B[i, j] = inv(A)[i, j]`` / ``s = det(A)`` / ``C[i, j] = matmul(A, B)[i, j]``:
+        earlier matrices of matching shapes, indices by the result's order."""
+        body = d.body
+        assert isinstance(body, MatrixFn)
+        fn = body.fn
+        call = f"{fn}({', '.join(body.args)})"
+        loc = self.p.loc_of(body) or d.loc
+        order = body.order
         if len(d.indices) != order:
-            want = f"{d.name}[i, j] = {fn}({name})[i, j]" if order else f"{d.name} = {fn}({name})"
+            want = f"{d.name}[i, j] = {call}[i, j]" if order else f"{d.name} = {call}"
             raise self.error(
                 f"{fn} gives a {'matrix' if order else 'scalar'}: '{d.name}' must have {order} ind"
                 f"{'ices' if order != 1 else 'ex'}, not {len(d.indices)} (write '{want}')",
                 d.loc,
             )
-        if name not in defined:
-            if name == d.name:
-                raise self.error(f"'{name}' is used in its own definition", loc)
-            if self.p.definition(name) is not None:
-                raise self.error(f"'{name}' is used before its definition", loc)
-            if name in self.sizes:
-                raise self.error(f"'{name}' is a size; {fn} needs a matrix", loc)
-            raise self.error(f"undeclared tensor '{name}'", loc)
+        for name in body.args:
+            if name not in defined:
+                if name == d.name:
+                    raise self.error(f"'{name}' is used in its own definition", loc)
+                if self.p.definition(name) is not None:
+                    raise self.error(f"'{name}' is used before its definition", loc)
+                if name in self.sizes:
+                    raise self.error(f"'{name}' is a size; {fn} needs a matrix", loc)
+                raise self.error(f"undeclared tensor '{name}'", loc)
         matrix_extents(self.p, d)
 
     def expr(self, e: Expr, d: Definition, scope: set[str], defined: set[str], memo: dict) -> None:
@@ -120,7 +125,7 @@ class _Verifier:
         loc = self.p.loc_of(e) or d.loc
         if isinstance(e, MatrixFn):
             raise self.error(
-                f"{e.fn}({e.tensor}) is not element-wise: it can only be the whole body of a definition", loc
+                f"{e} is not element-wise: it can only be the whole body of a definition", loc
             )
         if isinstance(e, Access):
             self.access(e, d, scope, defined, loc)
@@ -191,37 +196,58 @@ def check_affine_names(a: Affine, allowed: set[str]) -> str | None:
 
 
 def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None:
-    """The extents of a matrix-function definition: the argument's (inv, adj) or () (det, logdet).
+    """The extents of a matrix-function definition: the argument's (inv, adj), () (det,
+    logdet), or (rows of A, columns of B) for ``matmul(A, B)``.
 
-    Checks that the argument is a square matrix; None while its extents are
+    Checks that every argument is a matrix, square for inv/adj/det/logdet and
+    with equal inner extents for matmul; None while an argument's extents are
     unknown (before ``infer-ranges``).  Raises a located TccError otherwise.
     """
     body = d.body
     assert isinstance(body, MatrixFn)
-    fn, name = body.fn, body.tensor
+    fn = body.fn
     loc = program.loc_of(body) or d.loc
-    ext = program.extents_of(name)
-    if ext is None:
-        other = program.definition(name)
-        rank = len(other.indices) if other is not None else 0
-    else:
-        rank = len(ext)
-    if rank != 2:
-        dims = f"{rank} dimension{'s' if rank != 1 else ''}"
-        raise TccError(f"{fn} needs a matrix (2 dimensions): '{name}' has {dims}", loc, program.source)
-    if ext is None:
+    exts: list[tuple[Affine, ...] | None] = []
+    for name in body.args:
+        ext = program.extents_of(name)
+        if ext is None:
+            other = program.definition(name)
+            rank = len(other.indices) if other is not None else 0
+        else:
+            rank = len(ext)
+        if rank != 2:
+            dims = f"{rank} dimension{'s' if rank != 1 else ''}"
+            raise TccError(f"{fn} needs a matrix (2 dimensions): '{name}' has {dims}", loc, program.source)
+        exts.append(ext)
+    if any(ext is None for ext in exts):
         return None
-    if ext[0] != ext[1]:
-        raise TccError(
-            f"{fn} needs a square matrix: '{name}' is {format_affine(ext[0])} x {format_affine(ext[1])}",
-            loc,
-            program.source,
-        )
-    result = (ext[0], ext[1]) if MATRIX_FUNCTIONS[fn] else ()
+    call = f"{fn}({', '.join(body.args)})"
+    if fn == MATMUL:
+        (a, b), (ea, eb) = body.args, exts
+        assert ea is not None and eb is not None
+        if ea[1] != eb[0]:
+            raise TccError(
+                f"matmul needs the columns of '{a}' to match the rows of '{b}': "
+                f"'{a}' is {format_affine(ea[0])} x {format_affine(ea[1])}, "
+                f"'{b}' is {format_affine(eb[0])} x {format_affine(eb[1])}",
+                loc,
+                program.source,
+            )
+        result: tuple[Affine, ...] = (ea[0], eb[1])
+    else:
+        (name,), (ext,) = body.args, exts
+        assert ext is not None
+        if ext[0] != ext[1]:
+            raise TccError(
+                f"{fn} needs a square matrix: '{name}' is {format_affine(ext[0])} x {format_affine(ext[1])}",
+                loc,
+                program.source,
+            )
+        result = (ext[0], ext[1]) if MATRIX_FUNCTIONS[fn] else ()
     if d.extents is not None and tuple(d.extents) != result:
         shape = " x ".join(format_affine(e) for e in d.extents) or "a scalar"
         want = " x ".join(format_affine(e) for e in result) or "a scalar"
         raise TccError(
-            f"'{d.name}' is declared {shape}, but {fn}({name}) is {want}", d.loc, program.source
+            f"'{d.name}' is declared {shape}, but {call} is {want}", d.loc, program.source
         )
     return result

@@ -32,6 +32,12 @@ ordinary sum with no delta, from the seed ``S`` of ``h``, ``h`` itself and
     logdet  s = logdet(A)   dA[r, c] += S * A_inv[c, r]
     adj     C = adj(A)      dA[r, c] += A_inv[c, r] * sum[p, q](S[p, q] * C[p, q])
                                         - sum[p](A_inv[p, r] * sum[q](S[p, q] * C[c, q]))
+
+The matrix product ``C[i, j] = matmul(A, B)[i, j]`` (:func:`matmul_term`)
+contributes ``dC·Bᵀ`` to ``A`` and ``Aᵀ·dC`` to ``B``, ordinary sums too::
+
+    matmul  C = A @ B       dA[r, c] += sum[j](S[r, j] * B[c, j])
+                            dB[r, c] += sum[i](A[i, r] * S[i, c])
 """
 from __future__ import annotations
 
@@ -345,6 +351,34 @@ def matrix_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str
     return Binary("-", _mul(inv_t, whole), rows)
 
 
+def matmul_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str] | None, position: int) -> Expr:
+    """The contribution of ``h = matmul(A, B)`` to ``dA[β]`` (``position`` 0) or ``dB[β]`` (1).
+
+    ``seed`` is ``h``'s adjoint at ``h``'s own indices ``(i, j)``; the rule
+    sums it over the index of ``h`` that ``β`` does not fix, reusing that
+    index as the summation variable.  With ``at`` the seed is the delta
+    δ((i, j), at): the sum collapses to a guard.
+    """
+    body = h.body
+    assert isinstance(body, MatrixFn) and body.fn == "matmul" and h.extents is not None
+    a, b = body.args
+    r, c = (Affine.var(x) for x in beta)
+    i, j = h.indices
+    zero = Affine.constant(0)
+    if position == 0:  # dA[r, c] = sum[j](S[r, j] * B[c, j])
+        if at is not None:
+            g0, g1 = (Affine.var(g) for g in at)
+            return Where(Compare("==", r, g0), Access(b, (c, g1)), ZERO)
+        term = _mul(substitute(seed, {i: r}), Access(b, (c, Affine.var(j))))
+        return Sum(j, (zero,), (h.extents[1] - 1,), term)
+    # dB[r, c] = sum[i](A[i, r] * S[i, c])
+    if at is not None:
+        g0, g1 = (Affine.var(g) for g in at)
+        return Where(Compare("==", c, g1), Access(a, (g0, r)), ZERO)
+    term = _mul(Access(a, (Affine.var(i), r)), substitute(seed, {j: c}))
+    return Sum(i, (zero,), (h.extents[0] - 1,), term)
+
+
 def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = False) -> Program:
     """Reverse mode; ``delta`` seeds with Kronecker deltas: the full Jacobian, f's indices first."""
     try:
@@ -410,16 +444,18 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
     lead_ext = tuple(f_ext) if delta else ()
 
     targets = {d.name for d in relevant if d.name != of} | set(wrt)
-    # (h, access, chain, inner) of an element-wise term; (h, None, [], seed) of a matrix function's
-    terms: dict[str, list[tuple[Definition, Access | None, list, Expr]]] = {t: [] for t in targets}
+    # (h, access, chain, inner) of an element-wise term; (h, k, [], seed) of a matrix
+    # function's k-th argument (matmul(A, A) gives A two terms)
+    terms: dict[str, list[tuple[Definition, Access | int, list, Expr]]] = {t: [] for t in targets}
     for h in reversed(relevant):
         if delta and h.name == of:
             seed: Expr = ONE
         else:
             seed = Access(adjoint[h.name], lead + tuple(Affine.var(i) for i in h.indices))
         if isinstance(h.body, MatrixFn):
-            if h.body.tensor in targets:
-                terms[h.body.tensor].append((h, None, [], seed))
+            for k, arg in enumerate(h.body.args):
+                if arg in targets:
+                    terms[arg].append((h, k, [], seed))
             continue
         for acc, chain, inner in definition_terms(h, seed, targets):
             terms[acc.tensor].append((h, acc, chain, inner))
@@ -432,7 +468,7 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
             inverses.setdefault(d.body.tensor, d.name)
     helpers: dict[str, Definition] = {}  # keyed by the definition they follow
     for h in relevant:
-        if not isinstance(h.body, MatrixFn) or h.body.fn == "inv" or h.body.tensor in inverses:
+        if not isinstance(h.body, MatrixFn) or h.body.fn in ("inv", "matmul") or h.body.tensor in inverses:
             continue
         a = h.body.tensor
         name = allocate(f"{a}_inv")
@@ -461,8 +497,11 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
         body: Expr | None = None
         for h, acc, chain, inner in terms[t]:
             at = gamma if delta and h.name == of else None
-            if acc is None:  # a matrix function of t; inner is h's seed
+            if isinstance(acc, int):  # argument acc of a matrix function; inner is h's seed
                 assert isinstance(h.body, MatrixFn)
+                if h.body.fn == "matmul":
+                    body = _add(body, matmul_term(h, inner, beta, at, acc))
+                    continue
                 inverse = h.name if h.body.fn == "inv" else inverses[t]
                 body = _add(body, matrix_term(h, inner, beta, at, inverse))
             else:

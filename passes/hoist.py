@@ -120,7 +120,7 @@ def read_names(body: Sequence[Stmt]) -> set[str]:
         elif isinstance(s, Accumulate):
             used = affine_names(s.indices) | expr_names(s.value)
         elif isinstance(s, Extern):
-            used = {s.arg}
+            used = set(s.args)
         else:  # pragma: no cover - closed set
             raise TypeError(s)
         free |= used - bound
@@ -839,7 +839,7 @@ def names_read_anywhere(body: Sequence[Stmt]) -> set[str]:
         elif isinstance(s, (Store, Accumulate)):
             out |= expr_names(s.value) | affine_names(s.indices)
         elif isinstance(s, Extern):
-            out.add(s.arg)
+            out.update(s.args)
     return out
 
 

@@ -50,7 +50,7 @@ def _rename_targets(s: Stmt, names: dict[str, str]) -> Stmt:
     if isinstance(s, Accumulate) and s.target in names:
         return replace(s, target=names[s.target])
     if isinstance(s, Extern):
-        return replace(s, out=names.get(s.out, s.out), arg=names.get(s.arg, s.arg))
+        return replace(s, out=names.get(s.out, s.out), args=tuple(names.get(a, a) for a in s.args))
     if isinstance(s, For):
         return replace(s, body=tuple(_rename_targets(x, names) for x in s.body))
     if isinstance(s, If):

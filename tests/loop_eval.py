@@ -221,12 +221,13 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
             block(s.then if s.cond.evaluate(env) else s.orelse, env)
         elif isinstance(s, Extern):
             if run.race is not None or frames[:-1]:
-                raise AssertionError(f"extern {s.fn}({s.arg}) -> {s.out} inside a loop or block")
-            arg = run.buffers[s.arg]
-            if np.isnan(arg).any():
-                raise AssertionError(f"extern {s.fn}({s.arg}) reads elements of '{s.arg}' that no kernel wrote")
-            run.counts["loads"] += arg.size
-            run.buffers[s.out][...] = matrix_function(s.fn, arg)
+                raise AssertionError(f"{s} inside a loop or block")
+            args = [run.buffers[a] for a in s.args]
+            for name, arg in zip(s.args, args):
+                if np.isnan(arg).any():
+                    raise AssertionError(f"{s} reads elements of '{name}' that no kernel wrote")
+                run.counts["loads"] += arg.size
+            run.buffers[s.out][...] = matrix_function(s.fn, *args)
         else:  # pragma: no cover
             raise TypeError(s)
 
