@@ -24,7 +24,7 @@ import numpy as np
 from tcc.diagnostics import TccError
 from tcc.pass_base import Level, Pass
 
-DEFAULT_LOOP_PIPELINE = "infer-ranges,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
+DEFAULT_LOOP_PIPELINE = "infer-ranges,blas,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
 # The GPU maps loops to threads, so it keeps what the CPU pipeline trades away
 # for registers and caches: no reduce-in-place or unroll-jam (they move
 # reductions outside output loops and give one thread several outputs), no
@@ -162,8 +162,16 @@ def build(
     if target == "cuda":
         from tcc.backends.cuda import CudaProgram
 
-        return CudaProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
-    return CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
+        compiled = CudaProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
+    else:
+        compiled = CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
+    # a call returns the definitions of the program it was given; definitions that
+    # passes of the compile pipeline add (blas's outlined factors) are intermediates,
+    # like the temporaries of the L2 passes
+    given = {d.name for d in getattr(program, "definitions", ())}
+    if given:
+        compiled.results = tuple(n for n in compiled.results if n in given)
+    return compiled
 
 
 def _refuse_matrix_functions(program: Any) -> None:

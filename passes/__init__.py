@@ -31,6 +31,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "simplify": "tcc.passes.simplify:Simplify",
     "cse": "tcc.passes.cse:CSE",
     "inline-guards": "tcc.passes.inline_guards:InlineGuards",
+    "blas": "tcc.passes.blas:Blas",
     "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
     "emit-ptx": "tcc.passes.emit_ptx:EmitPTX",

@@ -1,0 +1,237 @@
+"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V).
+
+A definition
+
+    D[a, b] = sum[z: 0..N - 1](F)
+
+whose summand ``F`` is a product of factors that each depend on ``a`` and
+``z`` only ("left") or on ``z`` and ``b`` only ("right") is the matrix product
+``L @ R`` with ``L[a, z]`` the product of the left factors and ``R[z, b]`` that
+of the right ones.  The pass rewrites it to
+
+    L[a, z] = <left factors>              # a new local, unless it is exactly P[a, z]
+    R[z, b] = <right factors>             # likewise Q[z, b]
+    D[a, b] = matmul(L, R)[a, b]
+
+and ``lower-loops`` makes the last line an external kernel that the runtime
+runs with NumPy's ``matmul`` (BLAS), while ``L`` and ``R`` are element-wise
+kernels for the loop passes (``hoist``, ``fuse``, ``parallel``) like any other.
+The logistic-regression Hessian ends in such an n x n x m contraction; BLAS
+does it an order of magnitude faster than tcc's own loops.
+
+**What is matched.**
+
+* ``D`` has exactly two indices and known extents; its body is one ``sum``
+  over a range ``0..N - 1`` with ``N - 1`` over sizes only (not ``a``, ``b``)
+  and ``N >= 0`` provable (an empty range stays an empty sum), possibly inside
+  a product with factors that depend on ``a`` only, on ``b`` only or on no
+  index (``2 * sum[z](...)``, ``-sum[z](...)``, ``u[a] * sum[z](...)``): they
+  move into the sum as factors of the same kind.
+* The summand is split at ``*`` and negation, and at ``/`` only where the
+  quotient itself mixes ``a`` and ``b`` (``x / y`` becomes ``x`` and
+  ``1 / y``); each factor must depend on a subset of ``{a, z}`` or of
+  ``{z, b}``.  A factor on both ``a`` and ``b`` (or a ``+``, a function, a
+  ``where`` that mixes them) leaves the definition alone.
+* Factors on ``z`` alone or on no index go left -- unless the left side would
+  otherwise be a plain ``P[a, z]`` and the right side needs a definition of
+  its own anyway; then they go right and no copy of ``P`` is made.  A
+  negation goes with them.  Both sides must mention ``z``.
+* A side that is exactly ``P[a, z]`` (``Q[z, b]``) for a tensor whose extents
+  are the side's is used directly; a transposed read ``X[z, a]`` is not, and
+  gets a transposed copy.
+* Tiny products are not worth a call: when every extent is a constant and
+  ``p * q * r < min-work`` (default 32768) the definition stays.  Symbolic
+  extents count as large.
+
+New definitions are named ``<D>_lhs`` / ``<D>_rhs`` (made fresh), are
+``local``, and are placed right before ``D``; the sum's variable becomes the
+inner index of both.  The rewritten program is again a program of the
+language: it prints, parses back and runs in the interpreter.
+
+The pass runs in the CPU pipeline right before ``lower-loops``; the GPU
+pipeline has no such external kernels (``target=cuda`` refuses ``matmul``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tcc.ir.expr import (
+    ONE,
+    Access,
+    Binary,
+    Const,
+    Expr,
+    MatrixFn,
+    Sum,
+    Unary,
+    free_names,
+    fresh_name,
+)
+from tcc.ir.index import Affine, Compare
+from tcc.ir.polyhedra import program_facts
+from tcc.ir.program import Definition, Program
+from tcc.pass_base import Level, Pass, PassContext
+
+__all__ = ["Blas", "blas_program", "DEFAULT_MIN_WORK"]
+
+#: p * q * r below which a constant-size product stays a loop nest
+DEFAULT_MIN_WORK = 32768
+
+
+class _NoMatch(Exception):
+    """The definition is not a matrix product of the supported shape."""
+
+
+def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[Expr], keep_sums: bool = False) -> bool:
+    """Split ``e`` into factors none of which depends on both ``a`` and ``b``.
+
+    Appends the factors to ``out`` and returns ``negated`` flipped once per
+    negation passed.  A subexpression that does not mix ``a`` and ``b`` stays
+    one factor; with ``keep_sums`` so does a ``sum`` (the contraction itself).
+    """
+    names = set(free_names(e)) - sizes
+    if not ({a, b} <= names) or (keep_sums and isinstance(e, Sum)):
+        out.append(e)
+        return negated
+    if isinstance(e, Binary) and e.op == "*":
+        negated = _factors(e.lhs, sizes, a, b, negated, out, keep_sums)
+        return _factors(e.rhs, sizes, a, b, negated, out, keep_sums)
+    if isinstance(e, Unary) and e.op == "neg":
+        return _factors(e.operand, sizes, a, b, not negated, out, keep_sums)
+    if isinstance(e, Binary) and e.op == "/":
+        den = set(free_names(e.rhs)) - sizes
+        if {a, b} <= den:
+            raise _NoMatch
+        negated = _factors(e.lhs, sizes, a, b, negated, out, keep_sums)
+        out.append(Binary("/", ONE, e.rhs))
+        return negated
+    raise _NoMatch
+
+
+def _product(factors: list[Expr], negated: bool) -> Expr:
+    body = factors[0]
+    for f in factors[1:]:
+        body = Binary("*", body, f)
+    return Unary("neg", body) if negated else body
+
+
+class _Rewriter:
+    def __init__(self, program: Program, min_work: int) -> None:
+        self.program = program
+        self.min_work = min_work
+        self.sizes = set(program.sizes())
+        self.facts = program_facts(self.sizes)
+        self.taken = program.names_in_use()
+
+    def fresh(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
+
+    def plain(self, factors: list[Expr], negated: bool, first: str, second: str,
+              extents: tuple[Affine, Affine]) -> str | None:
+        """The tensor a side reads if it is exactly ``P[first, second]`` with the side's extents."""
+        if negated or len(factors) != 1 or not isinstance(factors[0], Access):
+            return None
+        acc = factors[0]
+        if acc.indices != (Affine.var(first), Affine.var(second)):
+            return None
+        ext = self.program.extents_of(acc.tensor)
+        return acc.tensor if ext is not None and tuple(ext) == extents else None
+
+    def rewrite(self, d: Definition) -> list[Definition]:
+        """``[d]`` unchanged, or the new side definitions followed by ``d = matmul(...)``."""
+        if len(d.indices) != 2 or d.extents is None or isinstance(d.body, MatrixFn):
+            return [d]
+        try:
+            return self.match(d)
+        except _NoMatch:
+            return [d]
+
+    def match(self, d: Definition) -> list[Definition]:
+        a, b = d.indices
+        assert d.extents is not None
+        p, r = d.extents
+        # factors outside the sum: D = c * u[a] * sum[z](F) * v[b] (each on a, on b, or on nothing)
+        outer: list[Expr] = []
+        negated = _factors(d.body, self.sizes, a, b, False, outer, keep_sums=True)
+        sums = [f for f in outer if isinstance(f, Sum) and {a, b} <= set(free_names(f))]
+        if len(sums) != 1:
+            raise _NoMatch
+        s = sums[0]
+        outer.remove(s)
+        z = s.var
+        zero = Affine.constant(0)
+        if s.lo != (zero,) or len(s.hi) != 1 or not set(s.hi[0].names()) <= self.sizes:
+            raise _NoMatch
+        q = s.hi[0] + 1
+        if not self.facts.implies(Compare(">=", q, zero)):
+            raise _NoMatch  # the range may be empty: L and R would get negative extents
+        if all(e.is_constant for e in (p, q, r)) and p.const * q.const * r.const < self.min_work:
+            raise _NoMatch  # tiny: a call costs more than the loops
+        inner: list[Expr] = []
+        negated = _factors(s.body, self.sizes, a, b, negated, inner)
+        left: list[Expr] = []
+        right: list[Expr] = []
+        neutral: list[Expr] = []
+        for f in outer + inner:
+            names = set(free_names(f)) - self.sizes
+            if names - {a, b, z}:
+                raise _NoMatch  # an index that is neither (a bug elsewhere, or a sum variable leaking)
+            if a in names and b in names:
+                raise _NoMatch
+            (left if a in names else right if b in names else neutral).append(f)
+        # factors on z or on nothing, and a negation, go left -- unless the left is a plain
+        # read P[a, z] and the right needs a definition of its own anyway
+        to_right = (self.plain(left, False, a, z, (p, q)) is not None and bool(right)
+                    and self.plain(right, False, z, b, (q, r)) is None)
+        if to_right:
+            right = right + neutral
+        else:
+            left = left + neutral
+        neg_left, neg_right = negated and not to_right, negated and to_right
+        if not any(z in free_names(f) for f in left) or not any(z in free_names(f) for f in right):
+            raise _NoMatch
+        out: list[Definition] = []
+
+        def side(factors: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine], suffix: str) -> str:
+            name = self.plain(factors, neg, first, second, ext)
+            if name is None:
+                name = self.fresh(f"{d.name}_{suffix}")
+                out.append(Definition(name, (first, second), _product(factors, neg), ext, d.loc))
+            return name
+
+        lhs = side(left, neg_left, a, z, (p, q), "lhs")
+        rhs = side(right, neg_right, z, b, (q, r), "rhs")
+        out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs), d.extents, d.loc))
+        return out
+
+
+def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK) -> Program:
+    """Rewrite every matching definition (see the module docstring)."""
+    rw = _Rewriter(program, min_work)
+    defs: list[Definition] = []
+    changed = False
+    for d in program.definitions:
+        new = rw.rewrite(d)
+        changed |= new != [d]
+        defs.extend(new)
+    if not changed:
+        return program
+    # the new definitions are locals: fix the results before adding them
+    return program.replace(definitions=tuple(defs), outputs=program.results())
+
+
+@dataclass(frozen=True)
+class Blas(Pass):
+    """Definitions that are matrix products become ``matmul`` (an external BLAS kernel)."""
+
+    name = "blas"
+    level = Level.INDEX
+    summary = "contractions D[a, b] = sum[z](left[a, z] * right[z, b]) become D = matmul(L, R), run by BLAS"
+
+    # p * q * r below which a product with constant extents keeps its loops
+    min_work: int = DEFAULT_MIN_WORK
+
+    def run(self, program: Program, ctx: PassContext) -> Program:
+        return blas_program(program, self.min_work)
