@@ -4,7 +4,7 @@
     s = x *(i,i->) y              # inner product
     T = X *(ij,->ji) 1            # transpose
     g = exp(-(x *(i,i->) x)) * 2  # element-wise functions, scalar broadcasting
-    I2 = delta(1) *(ij,->ij) 1    # delta(n): the identity of order 2n
+    D = delta(1) *(ij,ij->ij) X   # delta(n): the identity of order 2n (here: X's diagonal part)
     d = det(A + 1)                # matrix functions of any order-2 expression
 
 A product ``L *(s1,s2->s3) R`` is ``C[s3] = sum over (s1 s2) minus s3 of
@@ -192,8 +192,8 @@ def _is_spec_start(p, k: int = 0) -> bool:  # noqa: ANN001 - Parser
 def starts_tensor_expression(p, orders: dict[str, int]) -> bool:  # noqa: ANN001 - Parser
     """Whether the statement from the parser's position on is a whole-tensor expression.
 
-    It is when it has an Einstein product, ``delta(n)``, ``^``, a matrix
-    function, or names a non-scalar tensor without indices.
+    It is when it has an Einstein product, ``delta(n)``, a matrix function,
+    or names a non-scalar tensor without indices.
     """
     if p.peek().is_word(MATMUL):  # matmul(A, B): an L1 definition of its own (the L1 parser checks it)
         return False
@@ -202,7 +202,7 @@ def starts_tensor_expression(p, orders: dict[str, int]) -> bool:  # noqa: ANN001
         t = p.peek(k)
         if t.kind in ("NEWLINE", "EOF"):
             return False
-        if _is_spec_start(p, k) or t.is_op("^"):
+        if _is_spec_start(p, k):
             return True
         if t.kind == "NAME":
             nxt = p.peek(k + 1)

@@ -25,6 +25,7 @@ unbound index names are the verifier's business.
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, Iterator
 
 from tcc.diagnostics import TccError
@@ -160,6 +161,8 @@ class Parser:
                         shapes[ntok.value] = extents or ()
                     else:
                         fixed.append((tok.value, ntok.value, ntok, extents))
+                        if extents is not None and ntok.value not in shapes:
+                            shapes[ntok.value] = extents  # whole-tensor expressions may read it
                     if not self.peek().is_op(","):
                         break
                     self.advance()
@@ -186,7 +189,8 @@ class Parser:
                 self.scope = list(indices)
                 orders = {d.name: len(d.extents) for d in inputs} | {n: len(v[1]) for n, v in defs.items()}
                 if not indices and starts_tensor_expression(self, orders):
-                    taken = set(declared) | set(defs) | {n for d in inputs for e in d.extents for n in e.names()}
+                    taken = (set(declared) | set(defs) | self.defined_names()
+                             | {n for d in inputs for e in d.extents for n in e.names()})
                     tp = TensorExprParser(self, orders, shapes, taken)
                     outlined, d = tp.definition(ntok.value, ntok)
                     for o in outlined + [d]:
@@ -210,6 +214,16 @@ class Parser:
         for kind, name, ntok, ext in fixed:
             if name not in defs:
                 raise self.error(f"{kind} '{name}' has no definition", ntok)
+            if name in whole:
+                unified = shapes.get(name)
+                if ext is not None and unified is not None and tuple(ext) != tuple(unified):
+                    have = ", ".join(str(e) for e in unified)
+                    raise self.error(
+                        f"{kind} '{name}' is declared with extents [{', '.join(str(e) for e in ext)}] "
+                        f"but its expression gives [{have}]",
+                        ntok,
+                    )
+                ext = unified if ext is None else ext
             if ext is None and not defs[name][1]:
                 ext = ()  # `output g` for a scalar definition g
             extents_of[name] = ext
@@ -226,6 +240,14 @@ class Parser:
         )
         outputs = tuple(name for kind, name, _, _ in fixed if kind == "output")
         return Program(tuple(inputs), definitions, outputs, source=self.source)
+
+    def defined_names(self) -> set[str]:
+        """Names the file defines anywhere (``NAME =`` or ``NAME[...] =`` at a line start).
+
+        Temporaries a whole-tensor definition outlines must not take a name
+        that a later line defines.
+        """
+        return set(re.findall(r"^[ \t]*([A-Za-z_][A-Za-z_0-9]*)[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)", self.text, re.M))
 
     def implicit_sums(self, ntok: Token, body: Expr, indices: Iterable[str], sizes: set[str]) -> Expr:
         """Tensor Comprehensions' rule: an index only on the right is summed over the whole right-hand side.
@@ -331,6 +353,8 @@ class Parser:
                 self.advance()
                 return Unary("neg", self.unary())
             base = self.primary()
+            if self.peek().is_op("^"):
+                raise self.error("'^' is a power only in whole-tensor expressions: write '**'", self.peek())
             if self.peek().is_op("**"):
                 self.advance()
                 return Binary("**", base, self.unary())

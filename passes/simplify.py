@@ -246,6 +246,22 @@ def _const_cond(c: Cond) -> bool | None:
     return None
 
 
+def _delta_point(var: str, body: Expr) -> tuple[Affine, list[Cond]] | None:
+    """``where(var == point and rest, e, 0)`` (unit coefficient): the point and the other conjuncts there."""
+    if not (isinstance(body, Where) and is_zero(body.other)):
+        return None
+    for part in conjuncts(body.cond):
+        if not (isinstance(part, Compare) and part.op == "=="):
+            continue
+        diff = part.lhs - part.rhs
+        c = diff.coeff(var)
+        if abs(c) != 1 or var in (diff - Affine.var(var, c)).names():
+            continue
+        point = (Affine.var(var, c) - diff) * c  # var = point
+        return point, [p.substitute({var: point}) for p in conjuncts(body.cond) if p is not part]
+    return None
+
+
 class _Simplifier:
     # The caches are keyed by id() and also hold the key node: simplify builds
     # and drops temporary nodes (at_point, lifted guards), and a dropped node's
@@ -346,18 +362,13 @@ class _Simplifier:
                 return self.at_point(e.var, e.body, cand, [], lo, hi, facts)
         # a Kronecker delta on the summation index
         body = e.body
-        if isinstance(body, Where) and is_zero(body.other):
-            for part in conjuncts(body.cond):
-                if not (isinstance(part, Compare) and part.op == "=="):
-                    continue
-                diff = part.lhs - part.rhs
-                c = diff.coeff(e.var)
-                if abs(c) != 1 or e.var in (diff - Affine.var(e.var, c)).names():
-                    continue
-                point = (Affine.var(e.var, c) - diff) * c  # k = point
-                rest = [p.substitute({e.var: point}) for p in conjuncts(body.cond) if p is not part]
-                return self.at_point(e.var, body.then, point, rest, lo, hi, facts)
+        delta = _delta_point(e.var, body)
+        if delta is not None:
+            return self.at_point(e.var, body.then, delta[0], delta[1], lo, hi, facts)
         new_body = self.expr(body, inner)
+        delta = _delta_point(e.var, new_body)  # a guard that folding made visible (where(..) * y)
+        if delta is not None:
+            return self.at_point(e.var, new_body.then, delta[0], delta[1], lo, hi, facts)
         if _is_guard(new_body):
             # a guard that does not depend on the summation index goes outside the sum
             # (a Jacobian's where(i == g, ..) must not be tested once per term)

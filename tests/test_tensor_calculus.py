@@ -254,3 +254,45 @@ def test_cli_jacobian_and_hessian_of_a_lippmann_file(tmp_path, capsys):
     assert "sum" not in hes and "output dx2[n1, n1]" in hes
     assert main(["hessian", str(path), "--wrt", "x,A"]) == 1
     assert "a Hessian is taken with respect to one input, not 2 (x, A)" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------
+# regressions found by review
+# --------------------------------------------------------------------------
+def test_output_declaration_keeps_the_unified_extents_and_checks_declared_ones():
+    p = tcc.parse("input y[n]\nI2 = delta(1) *(ij,i->ij) y\noutput I2")
+    assert str(p).splitlines()[1] == "output I2[n, n]"
+    np.testing.assert_allclose(tcc.run(p, {"y": np.arange(3.0)})["I2"], np.diag(np.arange(3.0)))
+    with pytest.raises(TccError) as info:
+        tcc.parse("input y[n], z[m]\nI2 = delta(1) *(ij,i->ij) y\noutput I2[n, m]")
+    assert info.value.message == "output 'I2' is declared with extents [n, m] but its expression gives [n, n]"
+
+
+def test_whole_tensor_expression_reads_a_declared_element_wise_definition():
+    p = tcc.parse("input X[n, n], y[n]\nlocal M[n, n]\nM[i, j] = X[j, i]\nv = M *(ij,j->i) y\n")
+    X, y = np.arange(9.0).reshape(3, 3), np.arange(3.0)
+    np.testing.assert_allclose(tcc.run(p, {"X": X, "y": y})["v"], X.T @ y)
+
+
+def test_outlined_names_avoid_later_definitions():
+    p = tcc.parse("input X[n, n]\ne = 2 * det(X + 1)\ne_det = 3\noutput e, e_det\n")
+    assert [d.name for d in p.definitions] == ["e_det2_arg", "e_det2", "e", "e_det"]
+
+
+def test_hessian_of_det_has_no_delta_sum_left():
+    text = str(tcc.hessian("input X[n, n]\nf = det(X)\n", of="f", wrt="X").program)
+    assert "sum" not in text and "where" not in text
+
+
+def test_caret_is_a_power_only_in_whole_tensor_expressions():
+    with pytest.raises(TccError) as info:
+        tcc.parse("input x[3]\nv[i] = x[i] ^ 2\n")
+    assert info.value.message == "'^' is a power only in whole-tensor expressions: write '**'"
+
+
+def test_hessian_command_sets_the_autodiff_options_of_a_passes_pipeline(tmp_path, capsys):
+    path = tmp_path / "q.tcc"
+    path.write_text("declare x 1 A 2 expression x *(i,i->) (A *(ij,j->i) x) derivative wrt x\n")
+    assert main(["hessian", str(path), "--passes", "infer-ranges,autodiff,sum-liberation,index-solve,range-bound,simplify"]) == 0
+    out = capsys.readouterr().out
+    assert "output dx2[n1, n1]" in out and "sum" not in out and "df" not in out
