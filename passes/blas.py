@@ -85,19 +85,20 @@ class _NoMatch(Exception):
 def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[Expr], keep_sums: bool = False) -> bool:
     """Split ``e`` into factors none of which depends on both ``a`` and ``b``.
 
-    Appends the factors to ``out`` and returns ``negated`` flipped once per
-    negation passed.  A subexpression that does not mix ``a`` and ``b`` stays
-    one factor; with ``keep_sums`` so does a ``sum`` (the contraction itself).
+    Products and negations are flattened; appends the factors to ``out`` in
+    order and returns ``negated`` flipped once per negation passed.  A
+    quotient is split only if it mixes ``a`` and ``b``; with ``keep_sums`` a
+    ``sum`` (the contraction itself) is one factor.
     """
-    names = set(free_names(e)) - sizes
-    if not ({a, b} <= names) or (keep_sums and isinstance(e, Sum)):
-        out.append(e)
-        return negated
     if isinstance(e, Binary) and e.op == "*":
         negated = _factors(e.lhs, sizes, a, b, negated, out, keep_sums)
         return _factors(e.rhs, sizes, a, b, negated, out, keep_sums)
     if isinstance(e, Unary) and e.op == "neg":
         return _factors(e.operand, sizes, a, b, not negated, out, keep_sums)
+    names = set(free_names(e)) - sizes
+    if not ({a, b} <= names) or (keep_sums and isinstance(e, Sum)):
+        out.append(e)
+        return negated
     if isinstance(e, Binary) and e.op == "/":
         den = set(free_names(e.rhs)) - sizes
         if {a, b} <= den:
@@ -159,7 +160,7 @@ class _Rewriter:
         if len(sums) != 1:
             raise _NoMatch
         s = sums[0]
-        outer.remove(s)
+        at = outer.index(s)
         z = s.var
         zero = Affine.constant(0)
         if s.lo != (zero,) or len(s.hi) != 1 or not set(s.hi[0].names()) <= self.sizes:
@@ -171,38 +172,36 @@ class _Rewriter:
             raise _NoMatch  # tiny: a call costs more than the loops
         inner: list[Expr] = []
         negated = _factors(s.body, self.sizes, a, b, negated, inner)
-        left: list[Expr] = []
-        right: list[Expr] = []
-        neutral: list[Expr] = []
-        for f in outer + inner:
+        factors = outer[:at] + inner + outer[at + 1:]  # in the order they are written
+        side: dict[int, str] = {}
+        for k, f in enumerate(factors):
             names = set(free_names(f)) - self.sizes
-            if names - {a, b, z}:
-                raise _NoMatch  # an index that is neither (a bug elsewhere, or a sum variable leaking)
-            if a in names and b in names:
-                raise _NoMatch
-            (left if a in names else right if b in names else neutral).append(f)
+            if names - {a, b, z} or {a, b} <= names:
+                raise _NoMatch  # on a and b, or on a name that is neither (say a sum variable)
+            side[k] = "left" if a in names else "right" if b in names else ""
+        left = [f for k, f in enumerate(factors) if side[k] == "left"]
+        right = [f for k, f in enumerate(factors) if side[k] == "right"]
         # factors on z or on nothing, and a negation, go left -- unless the left is a plain
         # read P[a, z] and the right needs a definition of its own anyway
         to_right = (self.plain(left, False, a, z, (p, q)) is not None and bool(right)
                     and self.plain(right, False, z, b, (q, r)) is None)
-        if to_right:
-            right = right + neutral
-        else:
-            left = left + neutral
+        extra = "right" if to_right else "left"
+        left = [f for k, f in enumerate(factors) if side[k] == "left" or (not side[k] and extra == "left")]
+        right = [f for k, f in enumerate(factors) if side[k] == "right" or (not side[k] and extra == "right")]
         neg_left, neg_right = negated and not to_right, negated and to_right
         if not any(z in free_names(f) for f in left) or not any(z in free_names(f) for f in right):
             raise _NoMatch
         out: list[Definition] = []
 
-        def side(factors: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine], suffix: str) -> str:
-            name = self.plain(factors, neg, first, second, ext)
+        def outline(fs: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine], suffix: str) -> str:
+            name = self.plain(fs, neg, first, second, ext)
             if name is None:
                 name = self.fresh(f"{d.name}_{suffix}")
-                out.append(Definition(name, (first, second), _product(factors, neg), ext, d.loc))
+                out.append(Definition(name, (first, second), _product(fs, neg), ext, d.loc))
             return name
 
-        lhs = side(left, neg_left, a, z, (p, q), "lhs")
-        rhs = side(right, neg_right, z, b, (q, r), "rhs")
+        lhs = outline(left, neg_left, a, z, (p, q), "lhs")
+        rhs = outline(right, neg_right, z, b, (q, r), "rhs")
         out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs), d.extents, d.loc))
         return out
 

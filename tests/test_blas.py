@@ -1,0 +1,487 @@
+"""Matrix products: ``matmul`` definitions and the ``blas`` pass (seed 002, sec. V: "BLAS for contractions").
+
+``C[i, j] = matmul(A, B)[i, j]`` is a definition of its own (a two-argument
+``MatrixFn``): the interpreter computes it with ``np.matmul``, autodiff has
+reverse and forward rules for it, ``lower-loops`` makes it an external kernel
+``extern matmul(A, B) -> C`` that the CPU runtime runs with NumPy's BLAS, and
+target cuda refuses it.  The ``blas`` pass (in the CPU pipeline, before
+``lower-loops``) rewrites contractions ``D[a, b] = sum[z](left * right)`` into
+such definitions, so the logistic-regression Hessian's n x n x m contraction
+runs through BLAS.  Everything here goes through the public API.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tcc
+from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
+from tcc.derivatives import hessian_program
+from tcc.driver import main
+from tcc.ir.verifier import verify
+from tcc.pipeline import format_pipeline, resolve_pipeline
+
+sys.path.insert(0, str(Path(__file__).parent))
+from compare import assert_matches_interpreter, random_inputs  # noqa: E402
+from loop_eval import run_loops  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGISTIC = str(ROOT / "examples" / "logistic_regression.tcc")
+
+MATMUL = """input A[p, q], B[q, r]
+C[i, j] = matmul(A, B)[i, j]
+f = sum[i, j](C[i, j] * sin(C[i, j]))
+"""
+
+ALWAYS = "infer-ranges,blas{min-work=0}"
+
+
+def blas(src: str, passes: str = "infer-ranges,blas") -> str:
+    return str(tcc.transform(src, passes))
+
+
+def _close(got, want, rtol=1e-12):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+# ---------------------------------------------------------------------------
+# the matmul definition: language, verifier, interpreter
+# ---------------------------------------------------------------------------
+
+
+def test_matmul_prints_and_parses_back():
+    p = tcc.transform(MATMUL)
+    text = str(p)
+    assert "output C[p, r], f\nC[i, j] = matmul(A, B)[i, j]\n" in text
+    again = tcc.parse(text)
+    assert str(again) == text
+    assert again.definition("C").body is p.definition("C").body  # hash-consed: the same node
+    assert again.definition("C").body.args == ("A", "B")
+    # the same tensor twice, and an earlier definition as an argument
+    src = "input X[n, n]\nY[i, j] = X[i, j] + 1\nS[i, j] = matmul(Y, Y)[i, j]\nT[i, j] = matmul(S, X)[i, j]\n"
+    text = str(tcc.transform(src))
+    assert "S[i, j] = matmul(Y, Y)[i, j]\nT[i, j] = matmul(S, X)[i, j]" in text
+    assert str(tcc.parse(text)) == text
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 4, 3), (5, 1, 2), (3, 4, 1), (6, 7, 5), (0, 3, 2), (2, 0, 3)])
+def test_interpreter_is_numpy_matmul(shape):
+    p, q, r = shape
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((p, q)), rng.standard_normal((q, r))
+    out = tcc.run(MATMUL, {"A": A, "B": B})
+    _close(out["C"], A @ B)
+    _close(out["f"], ((A @ B) * np.sin(A @ B)).sum())
+    out32 = tcc.run(MATMUL, {"A": A, "B": B}, dtype=np.float32)
+    assert out32["C"].dtype == np.float32
+    _close(out32["C"], A @ B, 1e-5)
+
+
+@pytest.mark.parametrize(
+    "src, message",
+    [
+        ("input A[n, m], B[n, m]\nC[i, j] = matmul(A, B)[i, j]\n",
+         "matmul needs the columns of 'A' to match the rows of 'B': 'A' is n x m, 'B' is n x m"),
+        ("input A[3, 4], B[5, 2]\nC[i, j] = matmul(A, B)[i, j]\n",
+         "matmul needs the columns of 'A' to match the rows of 'B': 'A' is 3 x 4, 'B' is 5 x 2"),
+        ("input A[n, m], x[m]\nC[i, j] = matmul(A, x)[i, j]\n", "matmul needs a matrix (2 dimensions): 'x' has 1 dimension"),
+        ("input A[n, m], B[m, k]\noutput C[n, n]\nC[i, j] = matmul(A, B)[i, j]\n",
+         "'C' is declared n x n, but matmul(A, B) is n x k"),
+        ("input A[n, m]\nC[i, j] = matmul(A, Z)[i, j]\n", "undeclared tensor 'Z'"),
+        ("input A[n, m], B[m, k]\nC[i, j] = matmul(A)[i, j]\n", "matmul takes two matrices: matmul(A, B) (here: matmul(A))"),
+        ("input A[n, n]\nC[i, j] = inv(A, A)[i, j]\n", "inv takes one matrix: inv(A) (here: inv(A, A))"),
+        ("input A[n, m], B[m, k]\nC[i] = matmul(A, B)[i]\n",
+         "matmul gives a matrix; its definition is written 'C[i, j] = matmul(A, B)[i, j]' (here: 'C[i]' with indices [i])"),
+        ("input A[n, m], B[m, k]\nC[i, j] = matmul(A, B)[j, i]\n",
+         "matmul gives a matrix; its definition is written 'C[i, j] = matmul(A, B)[i, j]' (here: 'C[i, j]' with indices [j, i])"),
+        ("input A[n, m], B[m, k]\nC[i, j] = matmul(A, B)[i, j] + 1\n",
+         "a matrix product is a definition of its own: define 'C' as matmul(A, B) alone and use 'C' in other definitions"),
+        ("input A[n, m], B[m, k]\nC[i, j] = 2 * matmul(A, B)[i, j]\n",
+         "matmul is not element-wise: give it a definition of its own ('C[i, j] = matmul(A, B)[i, j]') and read that"),
+        ("input A[n, m], B[m, k]\nC = matmul(A, B)\n",
+         "matmul gives a matrix; its definition is written 'C[i, j] = matmul(A, B)[i, j]' (here: 'C' with indices [])"),
+        ("input matmul[n]\n", "'matmul' is a reserved word"),
+    ],
+)
+def test_errors(src, message):
+    with pytest.raises(tcc.TccError) as exc:
+        tcc.transform(src)
+    assert exc.value.message == message
+
+
+# ---------------------------------------------------------------------------
+# the blas pass: what it rewrites
+# ---------------------------------------------------------------------------
+
+
+def test_logistic_hessian_ends_in_a_matmul():
+    h = hessian_program(LOGISTIC, "f", "w")
+    before = str(tcc.transform(h, "infer-ranges"))
+    assert "dw2[ddw_0, dw2_0] = sum[dw2_z0: 0..m - 1](dz2[ddw_0, dw2_z0] * y[dw2_z0] * X[dw2_z0, dw2_0])" in before
+    text = str(tcc.transform(h, "infer-ranges,blas"))
+    assert text.endswith(
+        "dw2_lhs[ddw_0, dw2_z0] = dz2[ddw_0, dw2_z0] * y[dw2_z0]\n"
+        "dw2[ddw_0, dw2_0] = matmul(dw2_lhs, X)[ddw_0, dw2_0]\n"
+    )
+    assert "output dw2[n, n]\n" in text and "dw2_lhs[n, m]" in text.split("\n")[2]  # a local
+    assert str(tcc.parse(text)) == text
+    # the CPU pipeline runs it right before lower-loops; the GPU pipeline does not
+    assert ",blas,lower-loops," in DEFAULT_LOOP_PIPELINE and "blas" not in DEFAULT_GPU_PIPELINE.split(",")
+    loops = str(tcc.transform(h, DEFAULT_LOOP_PIPELINE))
+    assert "kernel dw2 {\n  extern matmul(dw2_lhs, X) -> dw2\n}" in loops
+    # the outlined factor is an element-wise kernel, fused with dz2's nest and parallel
+    assert "dw2_lhs[ddw_0, dz2_0] = dz2_v3 * y[dz2_0]" in loops
+    assert "kernel dz2_dw2_lhs {\n  parallel for ddw_0 in 0..n - 1 {" in loops
+    assert "extern" not in str(tcc.transform(h, DEFAULT_GPU_PIPELINE))
+
+
+def _logistic_hessian_numpy(X, w, y):
+    s = 1 / (1 + np.exp(-(y * (X @ w))))
+    return (X.T * (s * (1 - s))) @ X
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("n, m", [(1, 1), (1, 5), (4, 1), (3, 7), (7, 3), (20, 33)])
+def test_logistic_hessian_compiled_matches_interpreter_and_numpy(n, m, dtype):
+    H = tcc.hessian(LOGISTIC, of="f", wrt="w", dtype=dtype)
+    assert any(k.extern is not None and k.extern.fn == "matmul" for k in H.compiled.loops.kernels)
+    rng = np.random.default_rng(n * 100 + m)
+    X = rng.standard_normal((m, n))
+    w = rng.standard_normal(n) * 0.3
+    y = rng.choice([-1.0, 1.0], m)
+    got = H(X=X.astype(dtype), w=w.astype(dtype), y=y.astype(dtype))
+    assert got.shape == (n, n) and got.dtype == np.dtype(dtype)
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    _close(got, _logistic_hessian_numpy(X, w, y), rtol)
+    _close(got, tcc.run(H.program, {"X": X, "w": w, "y": y})["dw2"], rtol)
+    # every definition of the Hessian program, against the interpreter (the outlined factor is not returned)
+    assert_matches_interpreter(H.program, {"n": n, "m": m}, dtype)
+
+
+# each: a program, the definition blas rewrites, the lines it prints
+REWRITES = {
+    "plain": (
+        "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j])\n",
+        ["C[i, j] = matmul(A, B)[i, j]"],
+    ),
+    "transposed": (
+        "input X[m, n]\nH[a, b] = sum[z](X[z, a] * X[z, b])\n",
+        ["H_lhs[a, z] = X[z, a]", "H[a, b] = matmul(H_lhs, X)[a, b]"],
+    ),
+    "both sides outlined": (
+        "input A[n, k], B[m, k], u[k]\nC[i, j] = sum[z](exp(A[i, z]) * u[z] * B[j, z])\n",
+        ["C_lhs[i, z] = exp(A[i, z]) * u[z]", "C_rhs[z, j] = B[j, z]", "C[i, j] = matmul(C_lhs, C_rhs)[i, j]"],
+    ),
+    "z-only factor moves right to keep a plain left": (
+        "input A[n, k], B[m, k], u[k]\nC[i, j] = sum[z](A[i, z] * u[z] * B[j, z])\n",
+        ["C_rhs[z, j] = u[z] * B[j, z]", "C[i, j] = matmul(A, C_rhs)[i, j]"],
+    ),
+    "constant and negation outside": (
+        "input A[n, k], B[k, m]\nC[i, j] = -(2 * sum[z](A[i, z] * B[z, j]))\n",
+        ["C_lhs[i, z] = -(2 * A[i, z])", "C[i, j] = matmul(C_lhs, B)[i, j]"],
+    ),
+    "factors on a and b outside": (
+        "input A[n, k], B[k, m], u[n], v[m]\nC[i, j] = u[i] * sum[z](A[i, z] * B[z, j]) * v[j]\n",
+        ["C_lhs[i, z] = u[i] * A[i, z]", "C_rhs[z, j] = B[z, j] * v[j]", "C[i, j] = matmul(C_lhs, C_rhs)[i, j]"],
+    ),
+    "division and negation inside": (
+        "input A[n, k], B[k, m], s[n]\nC[i, j] = sum[z](-(A[i, z] * B[z, j]) / s[i])\n",
+        ["C_lhs[i, z] = -(A[i, z] * (1 / s[i]))", "C[i, j] = matmul(C_lhs, B)[i, j]"],
+    ),
+    "a sub-range of the columns": (
+        "input A[n, 4], B[4, m]\noutput C[n, m]\nC[i, j] = sum[z: 0..2](A[i, z] * B[z, j])\n",
+        ["C_lhs[i, z] = A[i, z]", "C_rhs[z, j] = B[z, j]", "C[i, j] = matmul(C_lhs, C_rhs)[i, j]"],
+    ),
+    "a reduction inside a factor": (
+        "input A[n, k], B[k, m], W[k, p]\nC[i, j] = sum[z](A[i, z] * B[z, j] * sum[t](W[z, t]))\n",
+        ["C_lhs[i, z] = A[i, z] * sum[t: 0..p - 1](W[z, t])", "C[i, j] = matmul(C_lhs, B)[i, j]"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", REWRITES)
+def test_rewrites(name):
+    src, lines = REWRITES[name]
+    text = blas(src)
+    for line in lines:
+        assert line + "\n" in text, text
+    assert str(tcc.parse(text)) == text
+    p = tcc.transform(src)
+    out = tcc.transform(p, "blas")
+    verify(out)
+    # the rewritten program computes what the original does, interpreted and compiled
+    inputs = random_inputs(p, {"n": 5, "k": 4, "m": 3, "p": 2}, seed=3)
+    want = tcc.run(p, inputs)
+    got = tcc.run(out, inputs)
+    for d in p.definitions:
+        _close(got[d.name], want[d.name])
+    for dtype in ("float64", "float32"):
+        assert_matches_interpreter(p, {"n": 5, "k": 4, "m": 3, "p": 2}, dtype)
+        assert_matches_interpreter(p, {"n": 1, "k": 1, "m": 1, "p": 1}, dtype)
+
+
+UNTOUCHED = {
+    "a factor on a and b": "input A[n, k], B[k, m], W[n, m]\nC[i, j] = sum[z](A[i, z] * B[z, j] * W[i, j])\n",
+    "a sum not starting at 0": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 1..k - 1](A[i, z] * B[z, j])\n",
+    "three indices": "input A[n, k], B[k, m]\nC[i, j, l] = sum[z](A[i, z] * B[z, j] * A[l, z])\n",
+    "one index": "input A[n, k], x[k]\ny[i] = sum[z](A[i, z] * x[z])\n",
+    "a small constant-size contraction": "input A[16, 32], B[32, 63]\nC[i, j] = sum[z](A[i, z] * B[z, j])\n",
+    "a range that depends on a": "input A[n, n], B[n, m]\nC[i, j] = sum[z: 0..i](A[i, z] * B[z, j])\n",
+    "a range that may be empty": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 0..k - 2](A[i, z] * B[z, j])\n",
+    "a sum plus something": "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) + 1\n",
+    "a where mixing a and b": "input A[n, k], B[k, m]\nC[i, j] = sum[z](where(i == j, A[i, z], 0) * B[z, j])\n",
+    "a function of the product": "input A[n, k], B[k, m]\nC[i, j] = sum[z](exp(A[i, z] * B[z, j]))\n",
+    "no z on the right": "input A[n, k], v[m]\nC[i, j] = sum[z](A[i, z] * v[j])\n",
+    "two sums": "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) * sum[t](A[i, t] * B[t, j])\n",
+    "a double sum": "input A[n, k], B[k, m]\nC[i, j] = sum[z, t](A[i, z] * B[t, j])\n",
+    "a matrix function": "input A[n, n]\nB[i, j] = inv(A)[i, j]\n",
+}
+
+
+@pytest.mark.parametrize("name", UNTOUCHED)
+def test_patterns_left_alone(name):
+    src = UNTOUCHED[name]
+    p = tcc.transform(src)
+    assert tcc.transform(p, "blas") is p
+    assert "matmul" not in str(tcc.transform(src, DEFAULT_LOOP_PIPELINE))
+
+
+def test_min_work():
+    small = UNTOUCHED["a small constant-size contraction"]  # 16 * 32 * 63 = 32256 < 32768
+    assert "matmul" not in blas(small)
+    assert "C[i, j] = matmul(A, B)[i, j]" in blas(small, ALWAYS)
+    big = small.replace("63", "64")  # 32768: worth a call
+    assert "C[i, j] = matmul(A, B)[i, j]" in blas(big)
+    assert "matmul" not in blas(big, "infer-ranges,blas{min-work=40000}")
+    # symbolic extents count as large, whatever their values turn out to be
+    assert "matmul" in blas("input A[n, 2], B[2, 3]\nC[i, j] = sum[z](A[i, z] * B[z, j])\n")
+    assert format_pipeline(resolve_pipeline("infer-ranges,blas{min-work=7}")) == "infer-ranges,blas{min-work=7}"
+
+
+def test_fresh_names_and_placement():
+    src = (
+        "input A[n, k], B[m, k]\n"
+        "C_lhs[i, j] = A[i, j] + 1\n"
+        "C[i, j] = sum[z](exp(C_lhs[i, z]) * B[j, z])\n"
+        "D[i, j] = C[i, j] + 1\n"
+    )
+    text = blas(src)
+    assert (
+        "C_lhs2[i, z] = exp(C_lhs[i, z])\nC_rhs[z, j] = B[j, z]\nC[i, j] = matmul(C_lhs2, C_rhs)[i, j]\n"
+        "D[i, j] = C[i, j] + 1\n"
+    ) in text
+    assert "local C_lhs2[n, k], C_rhs[k, m]" in text and "output C_lhs[n, k], C[n, m], D[n, m]" in text
+
+
+def test_compiled_results_are_the_given_definitions():
+    src = REWRITES["both sides outlined"][0]
+    f = tcc.compile(src)
+    assert {k.name for k in f.loops.kernels} >= {"C_lhs", "C_rhs", "C"}
+    inputs = random_inputs(tcc.transform(src), {"n": 3, "k": 4, "m": 5})
+    out = f(**inputs)
+    assert set(out) == {"C"} and f.results == ("C",)
+    with pytest.raises(tcc.CallError, match="unknown argument 'C_lhs'"):
+        f(**inputs, C_lhs=np.zeros((3, 4)))
+    # a given output array is written in place by np.matmul
+    C = np.zeros((3, 5))
+    assert f(**inputs, C=C)["C"] is C
+    _close(C, tcc.run(src, inputs)["C"])
+
+
+def test_threads_and_cuda_sim():
+    h = hessian_program(LOGISTIC, "f", "w")
+    for threads in (1, 3):
+        assert_matches_interpreter(h, {"n": 9, "m": 13}, threads=threads)
+    assert_matches_interpreter(tcc.parse(MATMUL), {"p": 5, "q": 3, "r": 4}, target="cuda-sim")
+    assert_matches_interpreter(tcc.parse(MATMUL), {"p": 5, "q": 3, "r": 4}, passes="infer-ranges,lower-loops")
+
+
+def test_other_seed_004_hessians_are_unchanged():
+    for path, of, wrt in (("quadratic_form.tcc", "f", "x"), ("matrix_factorization.tcc", "f", "U")):
+        h = tcc.transform(hessian_program(str(ROOT / "examples" / path), of, wrt), "infer-ranges")
+        assert tcc.transform(h, "blas") is h
+
+
+# ---------------------------------------------------------------------------
+# derivatives of matmul
+# ---------------------------------------------------------------------------
+
+
+def test_reverse_rule_as_printed():
+    g = str(tcc.grad(MATMUL, "f", "A,B"))
+    assert "dA[dA_0, dA_1] = sum[j: 0..r - 1](dC[dA_0, j] * B[dA_1, j])" in g
+    assert "dB[dB_0, dB_1] = sum[i: 0..p - 1](A[i, dB_0] * dC[i, dB_1])" in g
+    assert str(tcc.parse(g)) == g
+
+
+@pytest.mark.parametrize("sizes", [{"p": 3, "q": 4, "r": 2}, {"p": 1, "q": 1, "r": 1}, {"p": 2, "q": 1, "r": 3}])
+def test_gradients_against_finite_differences(sizes):
+    for r in tcc.check(MATMUL, "f", "A,B", sizes=sizes):
+        assert r.ok and r.max_rel_error < 1e-7, str(r)
+
+
+def test_matmul_of_a_tensor_with_itself_and_of_definitions():
+    src = (
+        "input X[n, n], W[n, m]\n"
+        "Y[i, j] = sin(X[i, j])\n"
+        "S[i, j] = matmul(Y, Y)[i, j]\n"
+        "T[i, j] = matmul(S, W)[i, j]\n"
+        "f = sum[i, j](T[i, j] * T[i, j])\n"
+    )
+    for r in tcc.check(src, "f", "X,W", sizes={"n": 3, "m": 2}):
+        assert r.ok and r.max_rel_error < 1e-7, str(r)
+    # second order: grad of grad, and its compiled form (the gradient's contractions become matmuls)
+    g = tcc.grad(src, "f", "X")
+    for r in tcc.check(g, "dX", "X,W", sizes={"n": 3, "m": 2}):
+        assert r.ok and r.max_rel_error < 1e-6, str(r)
+    assert_matches_interpreter(tcc.grad(g, "dX", "X"), {"n": 4, "m": 3})
+
+
+def _fd_directional(program, inputs, tangents, of, eps=1e-6):
+    plus = {k: v + eps * tangents.get(k, 0) for k, v in inputs.items()}
+    minus = {k: v - eps * tangents.get(k, 0) for k, v in inputs.items()}
+    return (tcc.run(program, plus)[of] - tcc.run(program, minus)[of]) / (2 * eps)
+
+
+def test_forward_mode_against_finite_differences():
+    jvp = tcc.grad(MATMUL, "f", "A,B", mode="forward")
+    text = str(jvp)
+    assert "dC[i, j] = sum[dC_k: 0..q - 1](dA[i, dC_k] * B[dC_k, j]) + sum[dC_k: 0..q - 1](A[i, dC_k] * dB[dC_k, j])" in text
+    assert str(tcc.parse(text)) == text
+    rng = np.random.default_rng(5)
+    inputs = {"A": rng.standard_normal((3, 4)), "B": rng.standard_normal((4, 2))}
+    tangents = {"A": rng.standard_normal((3, 4)), "B": rng.standard_normal((4, 2))}
+    got = tcc.run(jvp, {**inputs, "dA": tangents["A"], "dB": tangents["B"]})["df"]
+    _close(got, _fd_directional(MATMUL, inputs, tangents, "f"), 1e-7)
+    # compiled, and through tcc.jvp
+    T = tcc.jvp(MATMUL, of="f", wrt="A,B")
+    _close(T(**inputs, dA=tangents["A"], dB=tangents["B"]), got)
+    # only one argument differentiated: one term
+    one = str(tcc.grad(MATMUL, "f", "B", mode="forward"))
+    assert "dC[i, j] = sum[dC_k: 0..q - 1](A[i, dC_k] * dB[dC_k, j])" in one
+
+
+def test_jacobians_forward_equals_reverse_and_finite_differences():
+    src = "input A[p, q], B[q, r]\nC[i, j] = matmul(A, B)[i, j]\n"
+    rng = np.random.default_rng(6)
+    inputs = {"A": rng.standard_normal((2, 3)), "B": rng.standard_normal((3, 4))}
+    reverse = tcc.grad(src, "C", "A,B", seed="delta")
+    forward = tcc.grad(src, "C", "A,B", seed="delta", mode="forward")
+    A, B = inputs["A"], inputs["B"]
+    want_a = np.einsum("il,kj->ijlk", np.eye(2), B)   # dC[i, j] / dA[l, k] = δ(i, l) B[k, j]
+    want_b = np.einsum("il,kj->ijlk", A, np.eye(4))   # dC[i, j] / dB[l, k] = A[i, l] δ(k, j)
+    for prog in (reverse, forward):
+        out = tcc.run(prog, inputs)
+        _close(out["dA"], want_a)
+        _close(out["dB"], want_b)
+        assert_matches_interpreter(prog, {"p": 2, "q": 3, "r": 4})
+    # Jacobians of a function of a matmul: the compiled tcc.jacobian against finite differences
+    J = tcc.jacobian(MATMUL, of="f", wrt="A")
+    eps = 1e-6
+    fd = np.zeros_like(A)
+    for idx in np.ndindex(*A.shape):
+        d = np.zeros_like(A)
+        d[idx] = eps
+        fd[idx] = (tcc.run(MATMUL, {"A": A + d, "B": B})["f"] - tcc.run(MATMUL, {"A": A - d, "B": B})["f"]) / (2 * eps)
+    _close(J(**inputs), fd, 1e-7)
+
+
+def test_hessian_through_a_matmul():
+    src = "input A[p, q], B[q, r]\nC[i, j] = matmul(A, B)[i, j]\nf = sum[i, j](C[i, j] * C[i, j])\n"
+    H = tcc.hessian(src, of="f", wrt="A")
+    rng = np.random.default_rng(9)
+    A, B = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    # f = |A B|^2: d2f / dA[i, k] dA[l, m] = 2 δ(i, l) (B Bᵀ)[k, m]
+    want = 2 * np.einsum("il,km->iklm", np.eye(3), B @ B.T)
+    _close(H(A=A, B=B), want)
+
+
+# ---------------------------------------------------------------------------
+# L2: the external kernel
+# ---------------------------------------------------------------------------
+
+
+def test_emit_loops_shows_the_extern(tmp_path, capsys):
+    path = tmp_path / "h.tcc"
+    path.write_text(str(hessian_program(LOGISTIC, "f", "w")))
+    assert main(["compile", str(path), "--emit", "loops"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "kernel dw2 {\n  extern matmul(dw2_lhs, X) -> dw2\n}" in out
+    assert main(["compile", str(path), "--emit", "llvm"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("; kernel dw2: extern matmul(dw2_lhs, X) -> dw2 runs on the host (BLAS through NumPy)")
+    # tcc run writes the program's definitions, not the outlined factor
+    rng = np.random.default_rng(3)
+    X, w, y = rng.standard_normal((6, 4)), rng.standard_normal(4), rng.choice([-1.0, 1.0], 6)
+    np.savez(tmp_path / "in.npz", X=X, w=w, y=y)
+    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "c.npz")]) == 0
+    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "r.npz"),
+                 "--reference"]) == 0
+    with np.load(tmp_path / "c.npz") as c, np.load(tmp_path / "r.npz") as r:
+        assert sorted(c.files) == sorted(r.files)
+        for name in r.files:
+            _close(c[name], r[name])
+        _close(c["dw2"], _logistic_hessian_numpy(X, w, y))
+
+
+def test_loop_program_round_trip_and_evaluator():
+    from tcc.ir.loops_parser import parse_loop_program
+    from tcc.ir.loops_verifier import verify_loops
+
+    src = REWRITES["both sides outlined"][0]
+    loops = tcc.compile(src).loops
+    text = str(loops)
+    assert "kernel C {\n  extern matmul(C_lhs, C_rhs) -> C\n}" in text
+    again = parse_loop_program(text)
+    assert str(again) == text and again == loops
+    verify_loops(again)
+    inputs = random_inputs(tcc.transform(src), {"n": 3, "k": 4, "m": 5})
+    got = run_loops(again, inputs)
+    _close(got["C"], tcc.run(src, inputs)["C"])
+
+
+def test_loops_verifier_rejects_bad_matmuls():
+    from tcc.ir.loops_parser import parse_loop_program
+    from tcc.ir.loops_verifier import verify_loops
+
+    head = "sizes n, m, k\ninput A[n, m], B[m, k], x[m]\noutput C[n, k], D[n, n]\n\n"
+    cases = {
+        "extern matmul(A, A) -> C": "matmul needs the columns of 'A' to match the rows of 'A': 'A' is n x m, 'A' is n x m",
+        "extern matmul(A, B) -> D": "'D' is n x n, but matmul(A, B) is n x k",
+        "extern matmul(A, x) -> C": "matmul needs a matrix: 'x' has 1 dimension",
+        "extern matmul(A) -> C": "matmul takes 2 buffers: 'extern matmul(A) -> C'",
+        "extern inv(A, B) -> C": "inv takes 1 buffer: 'extern inv(A, B) -> C'",
+        "extern matmul(A, B) -> A": "cannot write to input 'A': extern matmul(A, B) -> A",
+        "extern matmul(A, Z) -> C": "undeclared buffer 'Z' in 'extern matmul(A, Z) -> C'",
+    }
+    for line, message in cases.items():
+        with pytest.raises(tcc.TccError) as exc:
+            verify_loops(parse_loop_program(head + f"kernel k {{\n  {line}\n}}\n", "bad.loops"))
+        assert exc.value.message == f"in kernel 'k': {message}"
+    ok = parse_loop_program(head + "kernel k {\n  extern matmul(A, B) -> C\n}\n")
+    verify_loops(ok)
+    assert str(ok.kernels[0].extern) == "extern matmul(A, B) -> C" and ok.kernels[0].extern.args == ("A", "B")
+
+
+CUDA_REFUSAL = (
+    "matmul(A, B) (definition 'C') is computed by BLAS on the host; the cuda target does not support "
+    "matrix products yet: compile for the cpu"
+)
+
+
+def test_cuda_target_refuses_matmul():
+    with pytest.raises(tcc.TccError) as exc:
+        tcc.compile(MATMUL, target="cuda")
+    assert exc.value.message == CUDA_REFUSAL
+    assert str(exc.value).startswith("<string>:2:1: error: ")
+    from tcc.build import compile_pipeline
+
+    with pytest.raises(tcc.TccError) as exc:
+        tcc.transform(MATMUL, compile_pipeline(None, "float64", "cuda"))
+    assert exc.value.message == CUDA_REFUSAL
+    # the GPU pipeline has no blas pass: a contraction stays a loop nest there
+    sim = tcc.compile(hessian_program(LOGISTIC, "f", "w"), target="cuda-sim")
+    assert all(k.extern is None for k in sim.loops.kernels)
