@@ -485,3 +485,19 @@ def test_cuda_target_refuses_matmul():
     # the GPU pipeline has no blas pass: a contraction stays a loop nest there
     sim = tcc.compile(hessian_program(LOGISTIC, "f", "w"), target="cuda-sim")
     assert all(k.extern is None for k in sim.loops.kernels)
+
+
+def test_simplify_cse_and_inline_guards_keep_matmul_definitions():
+    src = (
+        "input X[n, k], W[k, m]\n"
+        "A[i, j] = X[i, j] * 1 + 0\n"
+        "C[i, j] = matmul(A, W)[i, j]\n"
+        "f = sum[i, j](C[i, j] * C[i, j])\n"
+    )
+    out = str(tcc.transform(src, "infer-ranges,simplify,cse,inline-guards"))
+    # A is read only by the product: dead-code removal keeps it, and nothing is folded into C
+    assert "A[i, j] = X[i, j]\nC[i, j] = matmul(A, W)[i, j]\n" in out
+    g = tcc.grad(src, "f", "X")  # the default grad pipeline (simplify, cse) on a program with a product
+    assert "C[i, j] = matmul(A, W)[i, j]" in str(g)
+    for r in tcc.check(src, "f", "X,W", sizes={"n": 2, "k": 3, "m": 4}):
+        assert r.ok and r.max_rel_error < 1e-7, str(r)
