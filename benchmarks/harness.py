@@ -326,7 +326,7 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     ``(name, parallel, seconds)`` per kernel.  Parallel kernels are split over
     the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does.
     """
-    from tcc.runtime import _pool
+    from tcc.runtime import _pool, run_extern
 
     sizes, buffers = compiled.bind(dict(arrays))
     order = compiled.loops.buffers
@@ -338,7 +338,9 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     for r in range(repeat + 1):                         # the first round is a warm-up
         for i, k in enumerate(kernels):
             t0 = time.perf_counter()
-            if k.parallel and threads > 1:
+            if k.extern is not None:                    # matmul / LAPACK through NumPy
+                run_extern(k.extern, buffers)
+            elif k.parallel and threads > 1:
                 pool = _pool(threads)
                 for f in [pool.submit(k.fn, ptrs, size_vals, part, threads) for part in range(threads)]:
                     f.result()
