@@ -67,9 +67,9 @@ from tcc.ir.expr import (
     Sum,
     Unary,
     Where,
-    accessed_tensors,
     bound_vars,
     fresh_name,
+    is_guard,
     is_zero,
     neg,
     postorder,
@@ -77,7 +77,7 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.passes.autodiff import _add, _div, _mul, child_adjoints
+from tcc.passes.autodiff import _add, _div, _mul, check_arguments, child_adjoints, relevant_definitions
 
 __all__ = ["differentiate_forward"]
 
@@ -95,56 +95,8 @@ def differentiate_forward(program: Program, of: str, wrt: Sequence[str], delta: 
 
 
 # ---------------------------------------------------------------------------
-# argument checks and the tensor-level graph: the same as reverse mode
-# (passes/autodiff.py, _differentiate), so that both modes reject the same
-# input with the same words (tests/test_forward_mode.py compares them)
-# ---------------------------------------------------------------------------
-
-
-def _check_arguments(program: Program, of: str, wrt: Sequence[str]) -> Definition:
-    if not of:
-        raise TccError("autodiff needs the definition to differentiate: autodiff{of=NAME wrt=X,Y}")
-    if not wrt:
-        raise TccError("autodiff needs at least one input to differentiate with respect to (wrt=...)")
-    f = program.definition(of)
-    if f is None:
-        if program.input(of) is not None:
-            raise TccError(f"'{of}' is an input; --of must name a definition")
-        raise TccError(f"no definition named '{of}'")
-    for x in wrt:
-        if program.input(x) is None:
-            if program.definition(x) is not None:
-                raise TccError(f"'{x}' is a definition; --wrt takes inputs of the program")
-            raise TccError(f"no input named '{x}'")
-    if len(set(wrt)) != len(wrt):
-        raise TccError("--wrt names an input twice")
-    for d in program.definitions:
-        if d.extents is None:
-            raise TccError(f"autodiff needs the extents of '{d.name}': run infer-ranges first")
-    return f
-
-
-def _relevant(program: Program, of: str, wrt: Sequence[str]) -> list[Definition]:
-    """Definitions on a path from some ``wrt`` input to ``of`` (``of`` included), in program order."""
-    reads = {d.name: set(accessed_tensors(d.body)) for d in program.definitions}
-    needed: set[str] = {of}
-    for d in reversed(program.definitions):
-        if d.name in needed:
-            needed |= reads[d.name]
-    influenced: set[str] = set(wrt)
-    for d in program.definitions:
-        if reads[d.name] & influenced:
-            influenced.add(d.name)
-    return [d for d in program.definitions if d.name in needed and d.name in influenced]
-
-
-# ---------------------------------------------------------------------------
 # expression helpers
 # ---------------------------------------------------------------------------
-
-
-def _is_guard(e: Expr) -> bool:
-    return isinstance(e, Where) and is_zero(e.other)
 
 
 def _delta(indices: Sequence[Affine], beta: Sequence[str]) -> Expr:
@@ -179,13 +131,13 @@ class _Lifter:
     def _lift(self, e: Expr) -> Expr:
         if isinstance(e, Unary) and e.op == "neg":
             u = self(e.operand)
-            if _is_guard(u):
+            if is_guard(u):
                 return Where(u.cond, self(neg(u.then)), ZERO)
             return neg(u) if u is not e.operand else e
         if isinstance(e, Binary) and e.op in ("*", "/"):
             a = self(e.lhs)
             b = self(e.rhs) if e.op == "*" else e.rhs
-            if _is_guard(a) or _is_guard(b):
+            if is_guard(a) or is_guard(b):
                 if e.op == "/":
                     return Where(a.cond, self(_div(a.then, b)), ZERO)
                 return _mul(a, b)  # keeps the guards outermost
@@ -194,7 +146,7 @@ class _Lifter:
 
 
 def _negated(e: Expr) -> Expr:
-    if _is_guard(e):
+    if is_guard(e):
         return Where(e.cond, neg(e.then), ZERO)
     return neg(e)
 
@@ -235,7 +187,7 @@ class _Forward:
     # -- driver ------------------------------------------------------------
     def run(self) -> Program:
         program, of, wrt = self.program, self.of, self.wrt
-        f = _check_arguments(program, of, wrt)
+        f = check_arguments(program, of, wrt)
         assert f.extents is not None
         # names in reverse mode's order: d<of>, then d<x> for every x, then the
         # intermediates -- so that with seed=delta the Jacobians get the names
@@ -244,7 +196,7 @@ class _Forward:
         d_wrt = {x: self.allocate("d" + x) for x in wrt}
         out_defs: list[Definition] = []
         if not self.delta:
-            relevant = _relevant(program, of, wrt)
+            relevant = relevant_definitions(program, of, wrt)
             names = {x: d_wrt[x] for x in wrt}
             for h in relevant:
                 if h.name != of:
@@ -255,7 +207,7 @@ class _Forward:
             outputs: tuple[str, ...] = (d_of,)
         else:
             for x in wrt:
-                relevant = _relevant(program, of, (x,))
+                relevant = relevant_definitions(program, of, (x,))
                 x_ext = self.extents_of(x)
                 beta = tuple(self.allocate(f"{d_wrt[x]}_{k}") for k in range(len(x_ext)))
                 names = {}
@@ -380,7 +332,7 @@ class _Forward:
         bound = set(bound_vars(node))
         conds: list[Cond] = []
         core = term
-        while _is_guard(core):
+        while is_guard(core):
             assert isinstance(core, Where)
             conds.extend(conjuncts(core.cond))
             core = core.then

@@ -254,6 +254,11 @@ def is_one(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 1
 
 
+def is_guard(e: Expr) -> bool:
+    """``where(c, e, 0)``: zero wherever the condition fails (a Kronecker delta when c is an equality)."""
+    return isinstance(e, Where) and is_zero(e.other)
+
+
 # ---------------------------------------------------------------------------
 # Traversal helpers
 # ---------------------------------------------------------------------------

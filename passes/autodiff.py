@@ -387,7 +387,8 @@ def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = F
         raise exc.located(None, program.source)
 
 
-def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -> Program:
+def check_arguments(program: Program, of: str, wrt: Sequence[str]) -> Definition:
+    """The definition ``of``, after the checks both modes make (same words in both)."""
     if not of:
         raise TccError("autodiff needs the definition to differentiate: autodiff{of=NAME wrt=X,Y}")
     if not wrt:
@@ -407,7 +408,11 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
     for d in program.definitions:
         if d.extents is None:
             raise TccError(f"autodiff needs the extents of '{d.name}': run infer-ranges first")
+    return f
 
+
+def relevant_definitions(program: Program, of: str, wrt: Sequence[str]) -> list[Definition]:
+    """Definitions on a path from some ``wrt`` input to ``of`` (``of`` included), in program order."""
     reads = {d.name: set(accessed_tensors(d.body)) for d in program.definitions}
     # definitions f depends on (including f)
     needed: set[str] = {of}
@@ -419,7 +424,12 @@ def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -
     for d in program.definitions:
         if reads[d.name] & influenced:
             influenced.add(d.name)
-    relevant = [d for d in program.definitions if d.name in needed and d.name in influenced]
+    return [d for d in program.definitions if d.name in needed and d.name in influenced]
+
+
+def _differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool) -> Program:
+    f = check_arguments(program, of, wrt)
+    relevant = relevant_definitions(program, of, wrt)
 
     # one namespace: a new tensor must not take the name of an index either
     taken = program.names_in_use()

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.ir.expr import Access, Expr, MatrixFn, Sum, CSum, Where, is_zero, postorder, substitute, transform
-from tcc.ir.index import Affine, Compare, conjuncts
+from tcc.ir.expr import Access, CSum, Expr, MatrixFn, Sum, is_guard, postorder, substitute, transform
+from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
 from tcc.pass_base import Level, Pass, PassContext
 
 
 def _delta_shaped(d: Definition) -> bool:
     body = d.body
-    if not (isinstance(body, Where) and is_zero(body.other)):
+    if not is_guard(body):
         return False
     own = set(d.indices)
     if not any(isinstance(p, Compare) and p.op == "==" and own & set(p.names()) for p in conjuncts(body.cond)):

@@ -33,6 +33,7 @@ from tcc.ir.expr import (
     Unary,
     Where,
     accessed_tensors,
+    is_guard,
     is_one,
     is_zero,
     rebuild,
@@ -106,10 +107,6 @@ def _merge_constant_factors(n: Binary) -> Expr:
     return fold(out)
 
 
-def _is_guard(e: Expr) -> bool:
-    return isinstance(e, Where) and is_zero(e.other)
-
-
 def fold(n: Expr) -> Expr:
     """One local rewrite at ``n`` (its children are already folded).
 
@@ -126,16 +123,16 @@ def fold(n: Expr) -> Expr:
                 return u.operand
             if isinstance(u, Const):
                 return Const(-u.value)
-            if _is_guard(u):
+            if is_guard(u):
                 return fold(Where(u.cond, fold(Unary("neg", u.then)), ZERO))
         return n
     if isinstance(n, Binary):
         a, b = n.lhs, n.rhs
-        if n.op in ("*", "/") and _is_guard(a) and not is_zero(b):
+        if n.op in ("*", "/") and is_guard(a) and not is_zero(b):
             return fold(Where(a.cond, fold(Binary(n.op, a.then, b)), ZERO))
-        if n.op == "*" and _is_guard(b) and not is_zero(a):
+        if n.op == "*" and is_guard(b) and not is_zero(a):
             return fold(Where(b.cond, fold(Binary("*", a, b.then)), ZERO))
-        if n.op in ("+", "-") and _is_guard(a) and _is_guard(b) and a.cond == b.cond:
+        if n.op in ("+", "-") and is_guard(a) and is_guard(b) and a.cond == b.cond:
             return fold(Where(a.cond, fold(Binary(n.op, a.then, b.then)), ZERO))
         if isinstance(a, Const) and isinstance(b, Const):
             r = _const_binary(n.op, a.value, b.value)
@@ -369,7 +366,7 @@ class _Simplifier:
         delta = _delta_point(e.var, new_body)  # a guard that folding made visible (where(..) * y)
         if delta is not None:
             return self.at_point(e.var, new_body.then, delta[0], delta[1], lo, hi, facts)
-        if _is_guard(new_body):
+        if is_guard(new_body):
             # a guard that does not depend on the summation index goes outside the sum
             # (a Jacobian's where(i == g, ..) must not be tested once per term)
             outer = [p for p in conjuncts(new_body.cond) if e.var not in p.names()]
