@@ -352,6 +352,16 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     return [(k.name, bool(k.parallel), statistics.median(s)) for k, s in zip(kernels, samples)]
 
 
+def kernel_table(breakdowns: Sequence[tuple[str, Any, list[tuple[str, bool, float]]]]) -> list[str]:
+    """Markdown rows of :func:`kernel_times` results: ``(title, compiled, times)`` per program."""
+    out = ["| program | kernel | ms | share |", "|---|---|---:|---:|"]
+    for title, _compiled, times in breakdowns:
+        total = sum(t for _, _, t in times) or 1.0
+        for name, par, t in times:
+            out.append(f"| {title} | {name}{' (par)' if par else ''} | {t * 1e3:.2f} | {100 * t / total:.0f} % |")
+    return out
+
+
 # --------------------------------------------------------------------------
 # the machine
 # --------------------------------------------------------------------------

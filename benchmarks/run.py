@@ -381,12 +381,7 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
         out.append("tcc kernels one by one (median ms, run in order on the row's inputs; "
                    "`par` = split over the threads):")
         out.append("")
-        out.append("| program | kernel | ms | share |")
-        out.append("|---|---|---:|---:|")
-        for title, _compiled, times in ctx.breakdowns:
-            total = sum(t for _, _, t in times) or 1.0
-            for name, par, t in times:
-                out.append(f"| {title} | {name}{' (par)' if par else ''} | {t * 1e3:.2f} | {100 * t / total:.0f} % |")
+        out += H.kernel_table(ctx.breakdowns)
         out.append("")
     return "\n".join(out)
 

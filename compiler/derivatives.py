@@ -15,16 +15,16 @@ Hessian-vector product per row.  The JVP is forward mode
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 
 from tcc.diagnostics import TccError
 
 __all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "hessian", "jvp", "Derivative",
-           "derivative_target"]
+           "derivative_target", "derivative_pipeline"]
 
 
 def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[str] | None) -> tuple[Any, str, list[str]]:
@@ -49,10 +49,26 @@ def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[
     return program, of, _names(wrt)
 
 
-def _run(program: Any, of: str, wrt: Sequence[str], mode: str, seed: str, instruments: Sequence[Any]) -> Any:
-    from tcc.pipeline import grad_pipeline, run_pipeline
+def derivative_pipeline(of: str, wrt: Sequence[str], mode: str, seed: str, passes: str | None = None) -> list[Any]:
+    """The default pipeline of one derivative, or ``passes`` with its ``autodiff`` told what to compute.
 
-    return run_pipeline(program, grad_pipeline(of, list(wrt), mode=mode, seed=seed), instruments=instruments)
+    The caller (a Jacobian, a Hessian's second stage) decides ``of``, ``wrt``,
+    ``mode`` and ``seed``; a custom pipeline decides everything else.
+    """
+    from tcc.pipeline import grad_pipeline, parse_pipeline
+
+    if passes is None:
+        return grad_pipeline(of, list(wrt), mode=mode, seed=seed)
+    return [
+        dataclasses.replace(p, of=of, wrt=tuple(wrt), mode=mode, seed=seed) if p.name == "autodiff" else p
+        for p in parse_pipeline(passes)
+    ]
+
+
+def _run(program: Any, of: str, wrt: Sequence[str], mode: str, seed: str, instruments: Sequence[Any]) -> Any:
+    from tcc.pipeline import run_pipeline
+
+    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed), instruments=instruments)
 
 
 def jacobian_program(program: Any, of: str | None = None, wrt: str | Sequence[str] | None = None,

@@ -16,7 +16,6 @@ prints ``tcc: internal error: ...`` with the traceback and exits 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import traceback
@@ -259,7 +258,7 @@ def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
 
 def cmd_derivative(session: _Session, args: argparse.Namespace) -> int:
     """``tcc jacobian|hessian|jvp``: the default pipeline, or ``--passes`` for each derivative taken."""
-    from tcc.pipeline import grad_pipeline, parse_pipeline
+    from tcc.derivatives import derivative_pipeline
 
     program, of, wrt = _target(session, args)
     if not of or not wrt:
@@ -269,15 +268,7 @@ def cmd_derivative(session: _Session, args: argparse.Namespace) -> int:
     mode, seed = ("forward", "input") if args.command == "jvp" else ("reverse", "delta")
 
     def stage(p: Any, of: str) -> Any:
-        if args.passes is None:
-            passes = grad_pipeline(of, wrt, mode=mode, seed=seed)
-        else:
-            # the command decides what autodiff computes; --passes decides the rest
-            passes = [
-                dataclasses.replace(q, of=of, wrt=tuple(wrt), mode=mode, seed=seed) if q.name == "autodiff" else q
-                for q in parse_pipeline(args.passes)
-            ]
-        return _run_passes(session, args, p, passes)
+        return _run_passes(session, args, p, derivative_pipeline(of, wrt, mode, seed, args.passes))
 
     result = stage(program, of)
     if args.command == "hessian":

@@ -138,9 +138,15 @@ class Axes:
     the expression says which are the same); otherwise different lengths are
     an error."""
 
-    def __init__(self, merge_sizes: bool, error: Callable[[str, Token], TccError]) -> None:
+    def __init__(
+        self,
+        merge_sizes: bool,
+        error: Callable[[str, Token], TccError],
+        size_order: Callable[[str], object] = str,
+    ) -> None:
         self.merge_sizes = merge_sizes
         self.error = error
+        self.size_order = size_order  # which of two merged size names is kept: the first in this order
         self.size_subst: dict[str, Affine] = {}
 
     def resolve(self, e: Affine) -> Affine:
@@ -168,8 +174,6 @@ class Axes:
                 raise self.error(f"{why}: {ra.what} has length {ea} but {rb.what} has length {eb}", tok)
         rb.parent = ra
         ra.extent = ea if ea is not None else eb
-
-    size_order: Callable[[str], object] = staticmethod(lambda s: s)  # type: ignore[assignment]
 
     def extent(self, a: Axis) -> Affine | None:
         e = a.find().extent
@@ -229,12 +233,13 @@ class TensorExprParser:
         extents: dict[str, tuple[Affine, ...] | None],
         taken: set[str],
         merge_sizes: bool = False,
+        size_order: Callable[[str], object] = str,
     ) -> None:
         self.p = parser
         self.orders = orders
         self.extents = extents
         self.taken = taken
-        self.ax = Axes(merge_sizes, parser.error)
+        self.ax = Axes(merge_sizes, parser.error, size_order)
         self.tensor_axes: dict[str, list[Axis]] = {}
         self.outlined: list[Definition] = []
 
@@ -538,8 +543,7 @@ class TensorExprParser:
         summed = [c for c in dict.fromkeys(s1 + s2) if c not in letters]
         names: list[str] = []
         for c in summed:
-            base = c if c not in self.taken and c not in scope and c not in names else c
-            v = fresh_name(base, self.taken | scope | set(names))
+            v = fresh_name(c, self.taken | scope | set(names))
             names.append(v)
             letters[c] = Affine.var(v)
         inner = scope | set(names)

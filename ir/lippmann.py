@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.diagnostics import TccError
-
 from .einstein import TensorExprParser
 from .expr import fresh_name
 from .index import Affine
@@ -43,9 +41,9 @@ def is_lippmann(text: str) -> bool:
 
 
 def parse_lippmann(text: str, filename: str = "<input>") -> LippmannProblem:
-    from .parser import Parser, _run
+    from .parser import _run
 
-    return _run(text, filename, lambda p: _problem(p))
+    return _run(text, filename, _problem)
 
 
 def _problem(p) -> LippmannProblem:  # noqa: ANN001 - tcc.ir.parser.Parser
@@ -89,8 +87,7 @@ def _problem(p) -> LippmannProblem:  # noqa: ANN001 - tcc.ir.parser.Parser
             ext.append(Affine.var(s))
         extents[name] = tuple(ext)
     of = fresh_name("f", taken)
-    tp = TensorExprParser(p, dict(orders), dict(extents), taken, merge_sizes=True)
-    tp.ax.size_order = sizes.index  # type: ignore[assignment]
+    tp = TensorExprParser(p, dict(orders), dict(extents), taken, merge_sizes=True, size_order=sizes.index)
     if p.peek().is_word("derivative"):
         raise p.unexpected("an expression", p.peek())
     outlined, definition = tp.definition(of, etok)

@@ -25,6 +25,7 @@ unbound index names are the verifier's business.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Iterator
 
@@ -189,7 +190,7 @@ class Parser:
                 self.scope = list(indices)
                 orders = {d.name: len(d.extents) for d in inputs} | {n: len(v[1]) for n, v in defs.items()}
                 if not indices and starts_tensor_expression(self, orders):
-                    taken = (set(declared) | set(defs) | self.defined_names()
+                    taken = (set(declared) | set(defs) | self.defined_names
                              | {n for d in inputs for e in d.extents for n in e.names()})
                     tp = TensorExprParser(self, orders, shapes, taken)
                     outlined, d = tp.definition(ntok.value, ntok)
@@ -241,13 +242,16 @@ class Parser:
         outputs = tuple(name for kind, name, _, _ in fixed if kind == "output")
         return Program(tuple(inputs), definitions, outputs, source=self.source)
 
-    def defined_names(self) -> set[str]:
+    @functools.cached_property
+    def defined_names(self) -> frozenset[str]:
         """Names the file defines anywhere (``NAME =`` or ``NAME[...] =`` at a line start).
 
         Temporaries a whole-tensor definition outlines must not take a name
-        that a later line defines.
+        that a later line defines.  Read once per parse.
         """
-        return set(re.findall(r"^[ \t]*([A-Za-z_][A-Za-z_0-9]*)[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)", self.text, re.M))
+        return frozenset(
+            re.findall(r"^[ \t]*([A-Za-z_][A-Za-z_0-9]*)[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)", self.text, re.M)
+        )
 
     def implicit_sums(self, ntok: Token, body: Expr, indices: Iterable[str], sizes: set[str]) -> Expr:
         """Tensor Comprehensions' rule: an index only on the right is summed over the whole right-hand side.
