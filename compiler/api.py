@@ -28,9 +28,11 @@ def read_source(path: str | os.PathLike) -> tuple[str, str]:
     """``(text, filename)`` of a source file; ``-`` reads stdin as ``<stdin>``."""
     path = os.fspath(path)
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        text = sys.stdin.read()
+        return (text[1:] if text.startswith("\ufeff") else text), "<stdin>"
     try:
-        with open(path, encoding="utf-8") as fh:
+        # utf-8-sig: a byte-order mark is not part of the program
+        with open(path, encoding="utf-8-sig") as fh:
             return fh.read(), path
     except OSError as exc:
         raise TccError(f"cannot read '{path}': {exc.strerror or exc}") from None
@@ -62,7 +64,19 @@ def parse(text_or_path: str | os.PathLike, filename: str | None = None) -> Any:
     return parse_program(text_or_path, filename or "<string>")
 
 
-def _program(program_or_text: Any) -> Any:
+def _check_program_arg(program_or_text: Any, caller: str) -> None:
+    """Refuse what is neither source nor a program up front: passed on, ``None`` or bytes
+    would surface as an AttributeError deep inside a pass."""
+    from tcc.ir.program import Program
+
+    if not isinstance(program_or_text, (str, os.PathLike, Program)):
+        raise TypeError(
+            f"{caller} expects program text, a path or a tcc Program, got {type(program_or_text).__name__}"
+        )
+
+
+def _program(program_or_text: Any, caller: str) -> Any:
+    _check_program_arg(program_or_text, caller)
     if isinstance(program_or_text, (str, os.PathLike)):
         return parse(program_or_text)
     return program_or_text
@@ -97,6 +111,7 @@ def grad(
     from tcc.derivatives import derivative_target
     from tcc.pipeline import fill_grad_options, grad_pipeline, resolve_pipeline, run_pipeline
 
+    _check_program_arg(program_or_text, "grad")
     program, of, wrt = derivative_target(program_or_text, of, wrt)
     if passes is None:
         pipeline = grad_pipeline(of, wrt, mode=mode, seed=seed)
@@ -114,7 +129,7 @@ def transform(
     """Run a pipeline (default ``infer-ranges``) and return its result (any IR level)."""
     from tcc.pipeline import run_pipeline
 
-    return run_pipeline(_program(program_or_text), passes, ctx=ctx, instruments=instruments)
+    return run_pipeline(_program(program_or_text, "transform"), passes, ctx=ctx, instruments=instruments)
 
 
 def compile(
@@ -144,7 +159,7 @@ def compile(
     from tcc.build import build
 
     return build(
-        _program(program_or_text), target=target, dtype=dtype, passes=passes, threads=threads,
+        _program(program_or_text, "compile"), target=target, dtype=dtype, passes=passes, threads=threads,
         instruments=instruments, arch=arch, ptx=ptx,
     )
 
@@ -155,7 +170,7 @@ def run(program: Any, inputs: Mapping[str, Any], dtype: Any = np.float64) -> dic
     from tcc.passes.infer_ranges import InferRanges
     from tcc.pipeline import run_pipeline
 
-    program = run_pipeline(_program(program), [InferRanges()])
+    program = run_pipeline(_program(program, "run"), [InferRanges()])
     return evaluate(program, inputs, dtype)
 
 
@@ -176,6 +191,6 @@ def check(
     from tcc.fdcheck import check_gradients
 
     return check_gradients(
-        _program(program_or_text), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low, high=high,
+        _program(program_or_text, "check"), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low, high=high,
         target=target,
     )

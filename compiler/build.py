@@ -70,12 +70,13 @@ def compile_pipeline(
     where LLVM vectorizes, which it does not for NVPTX, and without it a GPU
     thread sums in the reference interpreter's order.
     """
-    from tcc.pipeline import check_levels, resolve_pipeline
+    from tcc.pipeline import check_levels, check_lowering, resolve_pipeline
 
     check_target(target)
     if target == "cpu" and (arch or ptx):
         raise TccError("arch and ptx are options of target cuda, not of cpu")
     pipeline = list(resolve_pipeline(default_pipeline(target) if passes is None else passes))
+    check_lowering(pipeline, dtype=dtype, target=target, arch=arch, ptx=ptx)
     level = pipeline[-1].output_level if pipeline else Level.INDEX
     tail: list[str] = []
     if level is Level.INDEX:

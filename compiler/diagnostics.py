@@ -30,7 +30,10 @@ class TccError(Exception):
             return f"{prefix}error: {self.message}"
         lines = src.text.splitlines()
         line = lines[self.loc.line - 1] if 0 < self.loc.line <= len(lines) else ""
-        caret = " " * (self.loc.col - 1) + "^"
+        # Columns count characters, a tab as one: the caret line repeats the
+        # prefix's tabs so that it lines up under the tab stops the terminal uses.
+        prefix = line[: self.loc.col - 1]
+        caret = "".join(ch if ch == "\t" else " " for ch in prefix) + " " * (self.loc.col - 1 - len(prefix)) + "^"
         return f"{src.filename}:{self.loc.line}:{self.loc.col}: error: {self.message}\n{line}\n{caret}"
 
     def __str__(self) -> str:

@@ -259,6 +259,34 @@ def fill_grad_options(passes: Sequence[Pass], of: str, wrt: Sequence[str]) -> li
     return out
 
 
+def check_lowering(passes: Sequence[Pass], *, dtype: str, target: str, arch: str = "", ptx: int = 0) -> None:
+    """Refuse a ``lower-llvm`` in ``passes`` whose options contradict the compile call's.
+
+    The runtime allocates buffers of the call's dtype and loads the code for
+    the call's target; a kernel lowered for another element type reads and
+    writes past them (wrong values, heap corruption).  ``dtype`` and ``target``
+    always bind; ``arch``/``ptx`` only when the call names one, since
+    ``lower-llvm{target=cuda arch=sm_90}`` is a documented way to choose them.
+    Checked before any pass runs.
+    """
+    wanted: list[tuple[str, Any, str]] = [("dtype", dtype, "dtype"), ("target", target, "target")]
+    if arch:
+        wanted.append(("arch", arch, "arch"))
+    if ptx:
+        wanted.append(("ptx", ptx, "ptx"))
+    for p in passes:
+        if p.name != "lower-llvm":
+            continue
+        for field_name, value, option in wanted:
+            have = getattr(p, field_name, value)
+            if have != value:
+                raise TccError(
+                    f"the pipeline's '{p.name}' has {option}={have}, but the program is compiled for "
+                    f"{option} {value}: give both the same {option}, or leave '{p.name}' out of the "
+                    f"pipeline (it is appended with the compile options)"
+                )
+
+
 # ---------------------------------------------------------------------------
 # Level checking and running
 # ---------------------------------------------------------------------------

@@ -615,8 +615,13 @@ class Parser:
             raise self.unexpected("end of input")
 
 
+def _strip_bom(text: str) -> str:
+    """Drop a leading UTF-8 byte-order mark (editors on Windows write one); columns count from after it."""
+    return text[1:] if text.startswith("\ufeff") else text
+
+
 def _run(text: str, filename: str, fn):  # noqa: ANN001, ANN202
-    parser = Parser(text, filename)
+    parser = Parser(_strip_bom(text), filename)
     try:
         return fn(parser)
     except RecursionError:
@@ -630,6 +635,7 @@ def parse_program(text: str, filename: str = "<input>") -> Program:
     """A program in the tcc language, or in Lippmann's ``declare ...`` form (:mod:`tcc.ir.lippmann`)."""
     from .lippmann import is_lippmann, parse_lippmann
 
+    text = _strip_bom(text)
     if is_lippmann(text):
         return parse_lippmann(text, filename).program
     return _run(text, filename, lambda p: p.program())
