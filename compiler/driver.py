@@ -16,10 +16,13 @@ prints ``tcc: internal error: ...`` with the traceback and exits 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import stat
 import sys
+import tempfile
 import traceback
-from typing import Any, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
 
 from tcc.diagnostics import TccError
 
@@ -40,6 +43,29 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _UsageError(self, message)
+
+
+def _positive_float(text: str) -> float:
+    """A finite number above zero: a NaN step or tolerance makes every comparison false, so a
+    check could neither pass nor fail for a reason."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: '{text}'") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got '{text}'")
+    return value
+
+
+def _seed(text: str) -> int:
+    """NumPy's generators take seeds >= 0 only."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got '{text}'")
+    return value
 
 
 def _add_pipeline_flags(p: argparse.ArgumentParser, *, default_passes: str | None) -> None:
@@ -91,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file", metavar="FILE")
     c.add_argument("--of", required=True)
     c.add_argument("--wrt", required=True)
-    c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    c.add_argument("--tol", type=float, default=1e-6, help="tolerance on the normwise relative error (default 1e-6)")
-    c.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
+    c.add_argument("--seed", type=_seed, default=0, help="random seed, >= 0 (default 0)")
+    c.add_argument("--tol", type=_positive_float, default=1e-6,
+                   help="tolerance on the normwise relative error, > 0 (default 1e-6)")
+    c.add_argument("--eps", type=_positive_float, default=1e-6, help="finite-difference step, > 0 (default 1e-6)")
     c.add_argument("--sizes", metavar="n=4,m=3", help="bind size names (default 5, 4, 6, 3, 7, ... in order)")
     c.add_argument("--target", choices=TARGETS + ["reference"], default="cpu",
                    help="evaluate with compiled code (cpu, the default; cuda on a GPU; cuda-sim: the GPU "
@@ -175,16 +202,78 @@ def _instruments(args: argparse.Namespace) -> tuple[list[Any], Any]:
     return insts, timer
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _replace_file(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    """Write ``path`` all at once: into a temporary file beside it, renamed over it when complete.
+
+    A failure part-way (a full disk, ``ulimit -f``, an error while
+    serialising) leaves the previous file as it was and no temporary file
+    behind.  The new file keeps the old one's permissions, or gets the
+    umask's for a new file (mkstemp's 0600 would surprise).  A symlink is
+    followed, so the link stays; something that is not a regular file
+    (``/dev/null``, a FIFO) is written in place: there is nothing to keep, and
+    renaming over a device would replace the device.
+    """
+    target = os.path.realpath(path)
+    try:
+        old: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        with open(target, "wb") as fh:
+            write(fh)
+        return
+    directory, base = os.path.split(target)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_output(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    try:
+        _replace_file(path, write)
+    except OSError as exc:
+        raise TccError(f"cannot write '{path}': {exc.strerror or exc}") from None
+
+
 def _write_text(text: str, path: str | None) -> None:
     if path is None or path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise TccError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    _write_output(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def _write_npz(fh: IO[bytes], arrays: Mapping[str, Any]) -> None:
+    """The .npz format, written from a dict.
+
+    ``np.savez(fh, **arrays)`` takes definition names as keywords, so one
+    named ``file`` raises and one named ``allow_pickle`` is taken as the option
+    and lost; this writes the same archive (uncompressed ``NAME.npy`` members,
+    what ``np.load`` reads) with any name.
+    """
+    import zipfile
+
+    import numpy as np
+
+    with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 class _Session:
@@ -343,6 +432,87 @@ def cmd_check(session: _Session, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _npz_errors() -> tuple[type[BaseException], ...]:
+    """What a damaged .npz raises from ``np.load`` or when a member is read."""
+    import zipfile
+    import zlib
+
+    return (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+def _load_npz(path: str, names: set[str]) -> dict[str, Any]:
+    """The arrays ``names`` of the archive ``path``; never unpickles (the file may come from anyone)."""
+    import numpy as np
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError as exc:
+        raise TccError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    except ValueError as exc:
+        if "pickle" in str(exc):
+            raise TccError(f"cannot read '{path}' as .npz: it holds pickled Python objects, which tcc does not load") from None
+        raise TccError(f"cannot read '{path}' as .npz: {exc}") from None
+    except _npz_errors() as exc:
+        raise TccError(f"cannot read '{path}' as .npz: {exc}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise TccError(f"cannot read '{path}' as .npz: it holds a single array, not an archive")
+    arrays: dict[str, Any] = {}
+    with data:
+        for name in data.files:
+            if name not in names:
+                continue
+            try:
+                arrays[name] = data[name]
+            except ValueError as exc:
+                if "allow_pickle" in str(exc):
+                    raise TccError(
+                        f"input '{name}' in '{path}' is an array of Python objects, which tcc does not load"
+                    ) from None
+                raise TccError(f"cannot read '{path}' as .npz: member '{name}': {exc}") from None
+            except _npz_errors() as exc:
+                raise TccError(f"cannot read '{path}' as .npz: member '{name}': {exc}") from None
+    return arrays
+
+
+def _input_array(name: str, value: Any, path: str, dtype: str) -> Any:
+    """``value`` as a C-contiguous array of ``dtype``, refusing what would not convert faithfully.
+
+    float64 and float32 convert (rounding to float32 under ``--dtype
+    float32``), and so do integers that the element type holds exactly.
+    Anything else (complex, bool, float16, strings, dates, records) would
+    lose its meaning in the cast NumPy merely warns about, so it is an error,
+    as a compiled program's call refuses a wrong dtype.
+    """
+    import numpy as np
+
+    where = f"input '{name}' in '{path}'"
+    if not isinstance(value, np.ndarray):
+        raise TccError(f"{where} is not a .npy array")
+    kind = value.dtype.kind
+    if value.dtype not in (np.float64, np.float32) and kind not in "iu":
+        raise TccError(
+            f"{where} has dtype {value.dtype}: tcc run takes float64, float32 or integer arrays, "
+            f"converted to {dtype} (--dtype)"
+        )
+    with np.errstate(over="ignore"):
+        converted = np.ascontiguousarray(value, dtype=dtype)
+    if kind in "iu" and value.size:
+        # past 2**digits the element type skips integers: refuse rather than round
+        limit = 2 ** (np.finfo(dtype).nmant + 1)
+        if np.iinfo(value.dtype).max > limit:
+            big = (value > limit) | (value < -limit) if kind == "i" else value > limit
+            if big.any():
+                raise TccError(
+                    f"{where} holds the integer {int(value[big].flat[0])}, beyond the {dtype} range of exact "
+                    f"integers (up to {limit} in magnitude); convert it to floating point yourself"
+                )
+    elif value.dtype != converted.dtype:
+        overflow = np.isinf(converted) & np.isfinite(value)
+        if overflow.any():
+            raise TccError(f"{where} holds {float(value[overflow].flat[0]):g}, out of the range of {dtype}")
+    return converted
+
+
 def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -353,16 +523,9 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     program = session.load(args.file)
     arrays: dict[str, Any] = {}
     if args.inputs is not None:
-        try:
-            with np.load(args.inputs, allow_pickle=False) as data:
-                declared = {d.name for d in program.inputs}
-                arrays = {k: data[k] for k in data.files if k in declared}
-        except FileNotFoundError as exc:
-            raise TccError(f"cannot read '{args.inputs}': {exc.strerror or exc}") from None
-        except (OSError, ValueError) as exc:
-            raise TccError(f"cannot read '{args.inputs}' as .npz: {exc}") from None
-        except AttributeError:
-            raise TccError(f"cannot read '{args.inputs}' as .npz: it holds a single array, not an archive") from None
+        declared = {d.name for d in program.inputs}
+        loaded = _load_npz(args.inputs, declared)
+        arrays = {k: _input_array(k, v, args.inputs, args.dtype) for k, v in loaded.items()}
     missing = [d.name for d in program.inputs if d.name not in arrays]
     if missing:
         where = f"'{args.inputs}'" if args.inputs is not None else "the inputs (no --inputs given)"
@@ -387,13 +550,8 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
         finally:
             if timer is not None:
                 sys.stderr.write(timer.report())
-        arrays = {k: np.require(v, dtype=args.dtype, requirements="C") for k, v in arrays.items()}
         results = compiled(**arrays)
-    try:
-        with open(args.output, "wb") as fh:
-            np.savez(fh, **results)
-    except OSError as exc:
-        raise TccError(f"cannot write '{args.output}': {exc.strerror or exc}") from None
+    _write_output(args.output, lambda fh: _write_npz(fh, results))
     return 0
 
 
@@ -422,6 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if err.source is None and err.loc is not None and session.source is not None:
             err.source = session.source
         print(err.render(), file=sys.stderr)
+        return 1
+    except MemoryError as exc:  # sizes too large for this machine: not a compiler bug
+        print(f"error: out of memory{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("tcc: interrupted", file=sys.stderr)
