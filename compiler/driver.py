@@ -51,7 +51,7 @@ def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: '{text}'") from None
+        raise argparse.ArgumentTypeError(f"invalid float value: '{text}'") from None
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got '{text}'")
     return value
@@ -62,7 +62,7 @@ def _seed(text: str) -> int:
     try:
         value = int(text, 10)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: '{text}'") from None
+        raise argparse.ArgumentTypeError(f"invalid int value: '{text}'") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got '{text}'")
     return value
