@@ -495,7 +495,7 @@ def _input_array(name: str, value: Any, path: str, dtype: str) -> Any:
             f"converted to {dtype} (--dtype)"
         )
     with np.errstate(over="ignore"):
-        converted = np.ascontiguousarray(value, dtype=dtype)
+        converted = np.asarray(value, dtype=dtype, order="C")  # ascontiguousarray would make 0-d arrays 1-d
     if kind in "iu" and value.size:
         # past 2**digits the element type skips integers: refuse rather than round
         limit = 2 ** (np.finfo(dtype).nmant + 1)
