@@ -191,6 +191,6 @@ def check(
     from tcc.fdcheck import check_gradients
 
     return check_gradients(
-        _program(program_or_text, "check"), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low, high=high,
-        target=target,
+        _program(program_or_text, "check"), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low,
+        high=high, target=target,
     )

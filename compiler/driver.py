@@ -450,7 +450,9 @@ def _load_npz(path: str, names: set[str]) -> dict[str, Any]:
         raise TccError(f"cannot read '{path}': {exc.strerror or exc}") from None
     except ValueError as exc:
         if "pickle" in str(exc):
-            raise TccError(f"cannot read '{path}' as .npz: it holds pickled Python objects, which tcc does not load") from None
+            raise TccError(
+                f"cannot read '{path}' as .npz: it holds pickled Python objects, which tcc does not load"
+            ) from None
         raise TccError(f"cannot read '{path}' as .npz: {exc}") from None
     except _npz_errors() as exc:
         raise TccError(f"cannot read '{path}' as .npz: {exc}") from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import subprocess
 import sys
 import zipfile
@@ -194,10 +195,21 @@ def test_new_output_gets_the_umask_mode(tmp_path, capsys):
     assert out.stat().st_mode & 0o777 == 0o640
 
 
-def test_output_to_a_device_is_written_in_place(tmp_path, capsys):
+def test_output_to_a_fifo_is_written_in_place(tmp_path, capsys):
+    # renaming a temporary file over a FIFO (or /dev/null) would replace it
     src = _source(tmp_path, SCALE)
-    assert main(["compile", src, "-o", os.devnull]) == 0
-    assert not os.path.isfile(os.devnull)
+    assert main(["compile", src]) == 0
+    expected = capsys.readouterr().out.encode()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that opening to write does not block
+    try:
+        assert main(["compile", src, "-o", str(fifo)]) == 0
+        received = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert received == expected
 
 
 def test_output_into_a_missing_directory(tmp_path, capsys):
