@@ -29,10 +29,11 @@ __all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "he
 
 def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[str] | None) -> tuple[Any, str, list[str]]:
     """``(program, of, wrt)``; Lippmann's ``declare ... derivative wrt x`` form supplies missing ones."""
-    from tcc.api import _names, read_source, _looks_like_path
+    from tcc.api import _check_program_arg, _names, read_source, _looks_like_path
     from tcc.ir.lippmann import is_lippmann, parse_lippmann
     from tcc.ir.parser import parse_program
 
+    _check_program_arg(program_or_text, "a derivative")
     if isinstance(program_or_text, (str, os.PathLike)):
         if isinstance(program_or_text, os.PathLike) or _looks_like_path(program_or_text):
             text, name = read_source(program_or_text)

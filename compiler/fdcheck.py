@@ -26,6 +26,7 @@ Everything is computed in float64.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -125,8 +126,11 @@ def check_gradients(
     wrt = list(wrt)
     if not wrt:
         raise TccError("nothing to check: no tensor given to differentiate with respect to")
-    if eps <= 0:
-        raise TccError(f"the finite-difference step must be positive, got {eps}")
+    # `eps <= 0` alone lets NaN through (every comparison with NaN is false)
+    if not (math.isfinite(eps) and eps > 0):
+        raise TccError(f"the finite-difference step must be a finite number above 0, got {eps}")
+    if not (math.isfinite(tol) and tol > 0):
+        raise TccError(f"the tolerance must be a finite number above 0, got {tol}")
     if program.definition(of) is None:
         raise TccError(f"'{of}' is not a definition of the program")
     for x in wrt:

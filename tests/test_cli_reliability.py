@@ -343,6 +343,23 @@ def test_api_refuses_what_is_not_a_program(value):
         tcc.run(value, {})
     with pytest.raises(TypeError, match="^check expects program text, a path or a tcc Program"):
         tcc.check(value, "y", "x")
+    for derivative in (tcc.jacobian, tcc.hessian, tcc.jvp):
+        with pytest.raises(TypeError, match="^a derivative expects program text, a path or a tcc Program"):
+            derivative(value, of="y", wrt="x")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("eps", float("nan"), "the finite-difference step must be a finite number above 0, got nan"),
+    ("eps", float("inf"), "the finite-difference step must be a finite number above 0, got inf"),
+    ("eps", 0.0, "the finite-difference step must be a finite number above 0, got 0.0"),
+    ("tol", -1.0, "the tolerance must be a finite number above 0, got -1.0"),
+    ("tol", float("nan"), "the tolerance must be a finite number above 0, got nan"),
+])
+def test_api_check_refuses_out_of_range_numbers(option, value, message):
+    """NaN passes `eps <= 0`: the API checks what the CLI's flags check."""
+    with pytest.raises(tcc.TccError) as info:
+        tcc.check(SCALE, "y", "x", **{option: value})
+    assert info.value.message == message
 
 
 @pytest.mark.parametrize(
