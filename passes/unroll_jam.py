@@ -39,15 +39,17 @@ this, and past them the pass unrolls less instead of failing:
 
 * ``max_product`` (default 16): the copies of one original band jammed
   together -- the product of the unroll and strip factors over the loops
-  around it.  Registers hold that many accumulators at most; the weight
-  gradient of a 3x3 convolution needs 9.
+  around it: each copy is an accumulator live in the innermost loop, and
+  past the registers they spill.  The weight gradient of a 3x3 convolution
+  needs 9, ``examples/urban.tcc`` 12.
 * ``max_stmts`` (default 512): the statements one input kernel may become,
   all its output kernels together.  An unroll that would pass it is skipped
   (the kernel stays at its input size if that is already larger).
 
-Both are checked before a loop is unrolled, innermost loops first, so the
-loops nearest the reduction -- the ones whose copies share loads -- keep
-their unrolling and the outer ones stay loops.
+Loops are decided innermost first, each unrolled if its copies still fit
+both budgets, so the loops nearest the reduction -- whose copies share loads
+-- are unrolled first.  A loop that does not fit stays a loop; a shorter loop
+outside it may still fit and is jammed through it.
 """
 from __future__ import annotations
 
