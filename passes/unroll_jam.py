@@ -29,6 +29,27 @@ sum[z](dy[z] * x[v + z])``, streams ``dy`` once per ``v``: the loop is
 strip-mined by ``strip`` (default 4), each full strip's copies are jammed (one
 ``dy`` load, ``strip`` accumulators, ``x`` reads in the same cache lines), and
 the at most ``strip - 1`` remaining iterations run as a second kernel.
+
+Unrolling composes: the loops of a nest are unrolled innermost first, and an
+outer loop's copies are jammed through the loops between them, so a nest of
+short loops jams into one band with the *product* of their trip counts as
+copies (a rank-10 reduction over extents 2, 3, 4, ... became 41472
+accumulators and 41k lines that LLVM needed minutes for).  Two budgets bound
+this, and past them the pass unrolls less instead of failing:
+
+* ``max_product`` (default 16): the copies of one original band jammed
+  together -- the product of the unroll and strip factors over the loops
+  around it: each copy is an accumulator live in the innermost loop, and
+  past the registers they spill.  The weight gradient of a 3x3 convolution
+  needs 9, ``examples/urban.tcc`` 12.
+* ``max_stmts`` (default 512): the statements one input kernel may become,
+  all its output kernels together.  An unroll that would pass it is skipped
+  (the kernel stays at its input size if that is already larger).
+
+Loops are decided innermost first, each unrolled if its copies still fit
+both budgets, so the loops nearest the reduction -- whose copies share loads
+-- are unrolled first.  A loop that does not fit stays a loop; a shorter loop
+outside it may still fit and is jammed through it.
 """
 from __future__ import annotations
 
@@ -148,16 +169,31 @@ def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] 
 # ---------------------------------------------------------------------------
 
 
+def _count(stmts: tuple[Stmt, ...]) -> int:
+    """Statements, nested ones included: the code-size measure of ``max_stmts``."""
+    return sum(1 for _ in walk_stmts(stmts))
+
+
+# a ``block`` result: the new statements and the largest product of unroll
+# factors jammed into one band among them (1: nothing unrolled)
+_Block = tuple[tuple[Stmt, ...], int]
+
+
 class _UnrollJam:
-    def __init__(self, program: LoopProgram, max_trip: int, factor: int = 4) -> None:
+    def __init__(self, program: LoopProgram, max_trip: int, factor: int = 4,
+                 max_product: int = 16, max_stmts: int = 512) -> None:
         self.factor = factor
         self.buffers = {b.name for b in program.buffers}
         self.sizes = set(program.sizes)
         self.max_trip = max_trip
+        self.max_product = max_product
+        self.max_stmts = max_stmts
         self.taken: set[str] = set()
+        self.stmts = 0  # statements the current kernel has become so far
 
     def start_kernel(self, kernel: Kernel) -> None:
         """New names must avoid buffers, sizes and every name the kernel binds."""
+        self.stmts = _count(kernel.body)
         self.taken = self.buffers | self.sizes
         for s in walk_stmts(kernel.body):
             if isinstance(s, For):
@@ -191,23 +227,50 @@ class _UnrollJam:
     def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
         return {n: self.fresh(f"{n}_u{copy}") for n in declared}
 
-    def block(self, body: tuple[Stmt, ...], top: bool = False) -> tuple[Stmt, ...]:
+    def affordable(self, product: int, added: int) -> bool:
+        """A transformation whose jammed bands hold ``product`` copies and that adds at most
+        ``added`` statements to the current kernel fits both budgets.
+
+        Callers bound ``added`` from above before building anything (``t`` copies
+        of a body jam into at most ``t`` times its statements: jamming only
+        merges the copies' band loops), so a nest the budget refuses is never
+        built.
+        """
+        return product <= self.max_product and self.stmts + added <= self.max_stmts
+
+    def accept(self, old: tuple[Stmt, ...], new: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        """Record that ``old`` became ``new`` in the current kernel."""
+        self.stmts += _count(new) - _count(old)
+        return new
+
+    def block(self, body: tuple[Stmt, ...], top: bool = False) -> _Block:
         out: list[Stmt] = []
+        product = 1
         for s in body:
             if isinstance(s, For):
-                s = replace(s, body=self.block(s.body))
-                jammed = self.unroll(s)
-                if jammed is None and not top:
-                    jammed = self.strip_inner(s)
+                inner_body, inner = self.block(s.body)
+                s = replace(s, body=inner_body)
+                jammed, factor = self.unroll(s, inner), 1
                 if jammed is not None:
-                    out.extend(jammed)
+                    factor = s.hi[0].const - s.lo[0].const + 1
+                elif not top:
+                    jammed = self.strip_inner(s, inner)
+                    factor = self.factor
+                if jammed is not None:
+                    out.extend(self.accept((s,), jammed))
+                    product = max(product, factor * inner)
                     continue
+                product = max(product, inner)
             elif isinstance(s, If):
-                s = replace(s, then=self.block(s.then), orelse=self.block(s.orelse))
+                then, p_then = self.block(s.then)
+                orelse, p_else = self.block(s.orelse)
+                s = replace(s, then=then, orelse=orelse)
+                product = max(product, p_then, p_else)
             out.append(s)
-        return tuple(out)
+        return tuple(out), product
 
-    def unroll(self, s: For) -> tuple[Stmt, ...] | None:
+    def unroll(self, s: For, inner: int = 1) -> tuple[Stmt, ...] | None:
+        """``s`` fully unrolled and jammed, or None; ``inner``: the copies its body's bands already hold."""
         if s.parallel or len(s.lo) != 1 or len(s.hi) != 1:
             return None
         lo, hi = s.lo[0], s.hi[0]
@@ -218,6 +281,9 @@ class _UnrollJam:
             return None
         if _band(s) is not None:
             return None  # s is itself part of a reduction band: interchange's business, not ours
+        trips = last - first + 1
+        if not self.affordable(trips * inner, (trips - 1) * _count(s.body)):
+            return None
         declared = _declared(s.body)
         copies = []
         for value in range(first, last + 1):
@@ -226,12 +292,15 @@ class _UnrollJam:
         return _jam(copies, self.buffers)
 
 
-    def strip_inner(self, loop: For) -> tuple[Stmt, ...] | None:
+    def strip_inner(self, loop: For, inner: int = 1) -> tuple[Stmt, ...] | None:
         """An output loop inside a kernel, strip-mined by ``self.factor`` when the
         reductions below it share loads across its iterations (register reuse:
-        a convolution's input element serves ``factor`` output channels)."""
+        a convolution's input element serves ``factor`` output channels).
+        With the remainder loop, the body is there ``factor + 1`` times."""
         factor = self.factor
         if factor < 2 or loop.parallel or len(loop.lo) != 1 or len(loop.hi) != 1 or _band(loop) is not None:
+            return None
+        if not self.affordable(factor * inner, factor * _count(loop.body)):
             return None
         lo, hi = loop.lo[0], loop.hi[0]
         if lo.is_constant and hi.is_constant and hi.const - lo.const + 1 < 2 * factor:
@@ -247,7 +316,7 @@ class _UnrollJam:
             return None
         return self.strip_mine(loop, factor)
 
-    def strip(self, kernel: Kernel) -> tuple[Kernel, ...]:
+    def strip(self, kernel: Kernel, product: int = 1) -> tuple[Kernel, ...]:
         """A kernel that is one loop (at least ``factor`` iterations or symbolic) around a reduction,
         strip-mined by ``factor``: full strips jammed, the remainder as its own kernel.
 
@@ -256,6 +325,7 @@ class _UnrollJam:
         then ``for v in lo + factor*((hi - lo + 1) // factor)..hi { <original body> }``.
         Each strip writes its own ``factor`` elements, so both loops stay race-free
         (and the ``parallel`` pass can prove it: the index is ``factor*b + u``).
+        ``product``: the copies the kernel's bands already hold (see :meth:`affordable`).
         """
         if len(kernel.body) != 1 or not isinstance(kernel.body[0], For):
             return (kernel,)
@@ -270,9 +340,12 @@ class _UnrollJam:
             return (kernel,)
         if _short_band(loop.body):
             return (kernel,)
+        if not self.affordable(factor * product, factor * _count(loop.body)):
+            return (kernel,)
         mined = self.strip_mine(loop, factor)
         if mined is None:
             return (kernel,)
+        self.accept(kernel.body, mined)
         return (Kernel(kernel.name, (mined[0],)), Kernel(kernel.name + "_rest", (mined[1],)))
 
 
@@ -303,16 +376,17 @@ def _short_band(body: tuple[Stmt, ...]) -> bool:
     return trips < SHORT_BAND
 
 
-def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4) -> LoopProgram:
-    u = _UnrollJam(program, max_trip, strip)
+def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4,
+                       max_product: int = 16, max_stmts: int = 512) -> LoopProgram:
+    u = _UnrollJam(program, max_trip, strip, max_product, max_stmts)
     kernels: list[Kernel] = []
     for k in program.kernels:
         if k.extern is not None:  # an external kernel: no loops
             kernels.append(k)
             continue
         u.start_kernel(k)
-        k = Kernel(k.name, u.block(k.body, top=True))
-        kernels.extend(u.strip(k))
+        body, product = u.block(k.body, top=True)
+        kernels.extend(u.strip(Kernel(k.name, body), product))
     return program.with_kernels(tuple(kernels))
 
 
@@ -326,6 +400,9 @@ class UnrollJam(Pass):
 
     max_trip: int = 4
     strip: int = 4
+    # budgets that keep nested unrolling from multiplying code (module docstring)
+    max_product: int = 16
+    max_stmts: int = 512
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
-        return unroll_jam_program(program, self.max_trip, self.strip)
+        return unroll_jam_program(program, self.max_trip, self.strip, self.max_product, self.max_stmts)

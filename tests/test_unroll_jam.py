@@ -130,3 +130,132 @@ def test_inner_output_loop_is_strip_mined_when_its_reduction_shares_loads():
     src = "input A[n, m], B[8, m]\noutput y[n, 8]\ny[i, r] = sum[j](A[i, j] * B[r, j])\n"
     assert "r_s in" not in _loops(tcc.parse("input A[n, m, k]\ny[i, r] = sum[j](A[i, r, j])\n"), "lower-loops,unroll-jam")
     assert "r_s in" in _loops(tcc.parse(src), "lower-loops,unroll-jam")  # A[i, j] is shared across r
+
+
+# ---------------------------------------------------------------------------
+# Budgets: nested unrolling must not multiply code without bound
+# ---------------------------------------------------------------------------
+
+DEFAULT_L2 = "infer-ranges,blas,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
+
+
+def _kernel_stats(text: str) -> dict[str, tuple[int, int]]:
+    """Per kernel of an L2 program: (statements, accumulators in its largest band).
+
+    Statements count nested ones (the ``max-stmts`` measure); a band's
+    accumulators are the copies jammed into it (the ``max-product`` measure).
+    """
+    from tcc.ir.loops import Accumulate, For, reduction_band, walk_stmts
+    from tcc.ir.loops_parser import parse_loop_program
+
+    stats: dict[str, tuple[int, int]] = {}
+    for k in parse_loop_program(text).kernels:
+        stmts = list(walk_stmts(k.body))
+        widest = max(
+            (sum(isinstance(s, Accumulate) for s in band[-1].body)
+             for s in stmts if isinstance(s, For) for band in [reduction_band(s)] if band is not None),
+            default=0,
+        )
+        stats[k.name] = (len(stmts), widest)
+    return stats
+
+
+# The issue's rank-10 reduction over short constant extents: every output loop
+# has at most 4 iterations, so each was unrolled and the copies jammed through
+# the loops outside -- one band with 2*3*4*2*3*4*2*3*4 = 41472 accumulators,
+# 41k lines of L2 and minutes in LLVM.
+RANK10 = """input x[2, 3, 4, 2, 3, 4, 2, 3, 4, 4]
+f[a, b, c, d, e, g, h, i, j] = sum[k](x[a, b, c, d, e, g, h, i, j, k] * x[a, b, c, d, e, g, h, i, j, k])
+"""
+
+
+def test_nested_short_loops_unroll_only_up_to_the_copy_budget():
+    text = _loops(tcc.parse(RANK10), DEFAULT_L2.removeprefix("infer-ranges,"))
+    stmts, widest = _kernel_stats(text)["f"]
+    # the two innermost output loops (3 * 4 = 12 copies) are jammed; a third would make 24 > 16
+    assert widest == 12
+    assert text.count("local f_acc_u") == 12
+    assert stmts == 7 + 12 + 1 + 12 + 12  # seven loops left, locals, the band, accumulates, stores
+    assert "parallel for a in 0..1 {" in text  # the outer loop stays a loop, so it runs on threads
+    assert_matches_interpreter(tcc.parse(RANK10), {})
+
+
+def test_copy_budget_is_an_option_filled_from_the_innermost_loop_out():
+    # loops c (4), b (3), a (2), decided in that order: each is unrolled if the copies
+    # still fit; a loop that does not fit stays a loop, and the copies of a loop outside
+    # it are jammed through it (budget 8: c and a unrolled around the loop over b)
+    src = "input x[2, 3, 4, n]\ny[a, b, c] = sum[k](x[a, b, c, k])\n"
+    p = tcc.parse(src)
+    for budget, copies in ((1, 1), (4, 4), (7, 4), (8, 8), (11, 8), (12, 12), (23, 12), (24, 24)):
+        spec = f"lower-loops,unroll-jam{{max-product={budget}}}"
+        stmts, widest = _kernel_stats(_loops(p, spec))["y"]
+        assert widest == copies, (budget, widest)
+        if budget in (8, 12, 24):  # the three shapes the jam takes
+            assert_matches_interpreter(p, {"n": 5}, passes=f"infer-ranges,{spec}")
+    # max-product=1 leaves the pass without an effect on this kernel
+    assert _loops(p, "lower-loops,unroll-jam{max-product=1}") == _loops(p, "lower-loops")
+
+
+def test_strip_mining_counts_towards_the_copy_budget():
+    # the 4 x 4 inner loops already give 16 copies: strip-mining the symbolic
+    # outer loop by 4 on top of them would jam 64 accumulators into one band
+    src = "input x[n, 4, 4, m]\ny[i, a, b] = sum[k](x[i, a, b, k])\n"
+    p = tcc.parse(src)
+    text = _loops(p, "lower-loops,unroll-jam")
+    assert "_rest" not in text and "i_s in" not in text
+    assert _kernel_stats(text)["y"][1] == 16
+    # with room for 64 the kernel is strip-mined as before the budget existed
+    wide = _loops(p, "lower-loops,unroll-jam{max-product=64}")
+    assert "kernel y_rest" in wide and _kernel_stats(wide)["y"][1] == 64
+    for n in (3, 5, 8):
+        assert_matches_interpreter(p, {"n": n, "m": 3}, passes="infer-ranges,lower-loops,unroll-jam")
+
+
+def test_statement_budget_bounds_the_kernel_and_unrolls_what_fits():
+    src = "input x[3, 4, n]\ny[i, j] = sum[k](x[i, j, k])\n"
+    p = tcc.parse(src)
+    # 6 statements.  j is decided first: its 4 copies of 4 statements need 6 + 3 * 4 = 18
+    # (the bound checked before building; they make 14).  Then i: 3 copies of its
+    # body, 14 + 2 * 13 = 40 after j, or 6 + 2 * 5 = 16 with j left a loop.
+    assert _kernel_stats(_loops(p, "lower-loops"))["y"] == (6, 1)
+    assert _kernel_stats(_loops(p, "lower-loops,unroll-jam"))["y"] == (37, 12)
+    for budget, expected in ((15, (6, 1)), (16, (11, 3)), (17, (11, 3)), (18, (14, 4)), (39, (14, 4)), (40, (37, 12))):
+        spec = f"lower-loops,unroll-jam{{max-stmts={budget}}}"
+        assert _kernel_stats(_loops(p, spec))["y"] == expected, budget
+        assert budget >= expected[0]
+        if budget in (16, 18, 40):
+            assert_matches_interpreter(p, {"n": 3}, passes=f"infer-ranges,{spec}")
+
+
+def test_budget_options_print_and_parse_back():
+    from tcc.pipeline import parse_pipeline
+
+    (p,) = parse_pipeline("unroll-jam{max-product=8 max-stmts=100}")
+    assert (p.max_product, p.max_stmts) == (8, 100)
+    assert p.spec() == "unroll-jam{max-product=8 max-stmts=100}"
+    (d,) = parse_pipeline("unroll-jam")
+    assert (d.max_product, d.max_stmts) == (16, 512)
+
+
+def test_layer_norm_hessian_stays_within_the_copy_budget():
+    # every loop of the Hessian's 6-d result has 2 or 3 iterations: without the
+    # budget, one band jammed 2 * 3 * 2 * 3 = 36 copies (at 3 x 4, 144 copies
+    # and 1370 lines of L2 instead of 294)
+    import numpy as np
+
+    from compare import assert_results_close, random_inputs
+    from tcc.interpreter import evaluate
+    from tcc.pipeline import run_pipeline
+
+    ln = """input x[2, 3], g[2, 3], b[2, 3]
+mu = sum[i, j](x[i, j]) / 6
+var = sum[i, j]((x[i, j] - mu)**2) / 6
+y[i, j] = (x[i, j] - mu) / sqrt(var + 0.00001) * g[i, j] + b[i, j]
+"""
+    H = tcc.hessian(ln, of="y", wrt="x")
+    stats = _kernel_stats(str(run_pipeline(H.program, DEFAULT_L2)))
+    assert max(widest for _, widest in stats.values()) <= 16
+    assert max(stmts for stmts, _ in stats.values()) <= 512
+    inputs = random_inputs(tcc.transform(H.program, "infer-ranges"), {})
+    want = evaluate(tcc.transform(H.program, "infer-ranges"), inputs, np.float64)
+    assert_results_close({"dx2": H(**inputs)}, {"dx2": want["dx2"]}, "float64")
