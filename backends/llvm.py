@@ -192,7 +192,7 @@ def run_default_pipeline(mod: Any, tm: Any, level: int, vectorize: bool | None =
 
     llvmlite never frees a ``ModulePassManager``: the class inherits
     ``ObjectRef._dispose`` (a no-op) ahead of ``NewPassManager._dispose``
-    (llvmlite 0.44-0.50), so each pipeline built leaked about 83 kB of native
+    (llvmlite 0.50), so each pipeline built leaked about 83 kB of native
     memory (the O3 passes and their state).  It is disposed here explicitly;
     a pass manager cannot be run twice (LLVM asserts), so it is not reused.
     The pass builder and tuning options are closed at once rather than when
@@ -200,7 +200,7 @@ def run_default_pipeline(mod: Any, tm: Any, level: int, vectorize: bool | None =
     vectorisation on or off (default: LLVM's choice for the level).
     """
     import llvmlite.binding as llvm
-    from llvmlite.binding.newpassmanagers import NewPassManager
+    from llvmlite.binding import ffi
 
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
     try:
@@ -213,9 +213,11 @@ def run_default_pipeline(mod: Any, tm: Any, level: int, vectorize: bool | None =
             try:
                 mpm.run(mod, pb)
             finally:
-                if not mpm.closed:
-                    NewPassManager._dispose(mpm)
+                if type(mpm)._dispose is ffi.ObjectRef._dispose:  # the llvmlite bug: close() frees nothing
+                    ffi.lib.LLVMPY_DisposeNewModulePassManger(mpm)
                     mpm.detach()
+                else:
+                    mpm.close()
         finally:
             pb.close()
     finally:

@@ -13,10 +13,13 @@ would either copy on every call or compute in the wrong precision),
 C-contiguity, writeability and aliasing of given output arrays.  Each mistake
 raises :class:`CallError` naming the tensor.
 
-Parallel kernels (an outermost ``parallel for``) are split over a thread
-pool: ctypes releases the GIL for the duration of a foreign call, so the parts
-run truly in parallel.  Kernels run in order; a kernel starts when every part
-of the previous one has finished.
+Parallel kernels (an outermost ``parallel for``) are split into ``threads``
+parts, run by the calling thread and a process-wide pool (:func:`run_parallel`):
+ctypes releases the GIL for the duration of a foreign call, so the parts run
+truly in parallel.  Kernels run in order; a kernel starts when every part of
+the previous one has finished.  An interrupted call (Ctrl-C) cancels the parts
+not started and waits for the running ones before it raises: they write into
+the call's buffers.
 
 External kernels (``extern inv(A) -> B``: a matrix function;
 ``extern matmul(A, B) -> C``: a matrix product) have no code;
