@@ -178,11 +178,13 @@ for t in range(2, 31):
     f.threads = t
     ys.append(f(x=x, w=w)["y"])
 assert all(np.array_equal(y, ys[0]) for y in ys)
-print(threading.active_count())
+from tcc.runtime import pool_size
+print(threading.active_count(), pool_size())
 print(json.dumps(ys[0].tolist()))
 """)
-    count, values = out.splitlines()
-    assert int(count) <= 1 + 29
+    counts, values = out.splitlines()
+    threads, workers = map(int, counts.split())
+    assert workers == 29 and threads <= 1 + 29
     rng0, rng1 = np.random.default_rng(0), np.random.default_rng(1)
     want = reference(CONV, x=rng0.random(2_000), w=rng1.random(30))["y"]
     np.testing.assert_allclose(np.array(json.loads(values)), want, rtol=1e-12)
