@@ -29,7 +29,7 @@ import llvmlite.binding as llvm
 
 from tcc.ir.loops import LoopProgram
 
-from .llvm import LLVMModule
+from .llvm import LLVMModule, run_default_pipeline
 
 __all__ = [
     "CpuExecutable",
@@ -95,11 +95,7 @@ def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:
         raise ValueError(f"LLVM optimisation level must be 0..3, not {level}")
     with _LOCK:
         mod = _parse(llvm_module)
-        pto = llvm.create_pipeline_tuning_options(speed_level=level)
-        pto.loop_vectorization = level >= 2
-        pto.slp_vectorization = level >= 2
-        pb = llvm.create_pass_builder(target_machine(), pto)
-        pb.getModulePassManager().run(mod, pb)
+        run_default_pipeline(mod, target_machine(), level, vectorize=level >= 2)
         try:
             mod.verify()
         except RuntimeError as exc:  # pragma: no cover - LLVM's own bug

@@ -326,7 +326,7 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     ``(name, parallel, seconds)`` per kernel.  Parallel kernels are split over
     the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does.
     """
-    from tcc.runtime import _pool, run_extern
+    from tcc.runtime import run_extern, run_parallel
 
     sizes, buffers = compiled.bind(dict(arrays))
     order = compiled.loops.buffers
@@ -341,9 +341,7 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
             if k.extern is not None:                    # matmul / LAPACK through NumPy
                 run_extern(k.extern, buffers)
             elif k.parallel and threads > 1:
-                pool = _pool(threads)
-                for f in [pool.submit(k.fn, ptrs, size_vals, part, threads) for part in range(threads)]:
-                    f.result()
+                run_parallel(k.fn, ptrs, size_vals, threads)
             else:
                 k.fn(ptrs, size_vals, 0, 1)
             if r:

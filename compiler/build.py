@@ -12,7 +12,10 @@ Compiled kernels are cached per process, keyed by everything that changes the
 code: the printed program (outputs and extents included), the pipeline spec,
 the element type and the target.  The host CPU cannot change within a process.
 A run with instruments (dumps, timing) is never served from the cache: the
-user asked to watch the passes run.
+user asked to watch the passes run.  The cache keeps the :data:`CACHE_SIZE`
+most recently used programs (about 1 MB each: machine code, LLVM module and
+IR); an evicted program's code lives on in the callables already returned
+for it and is freed with the last of them.
 """
 from __future__ import annotations
 
@@ -37,8 +40,45 @@ DEFAULT_GPU_PIPELINE = "infer-ranges,lower-loops,hoist,fuse{full=true},reuse-buf
 TARGETS = ("cpu", "cuda", "cuda-sim")
 DTYPES = ("float64", "float32")
 
+#: How many compiled programs the in-memory cache keeps (least recently used evicted first);
+#: change it with :func:`set_cache_size`.
+CACHE_SIZE = 64
+
+# insertion order is recency order: a hit is moved to the end, eviction takes the front
 _CACHE: dict[tuple, tuple[Any, Any, Any, Any]] = {}
 _CACHE_LOCK = threading.Lock()
+
+
+def set_cache_size(entries: int) -> int:
+    """Keep at most ``entries`` compiled programs in the cache (0: cache nothing); returns the old bound."""
+    global CACHE_SIZE
+    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 0:
+        raise ValueError(f"the cache size must be a non-negative integer, got {entries!r}")
+    with _CACHE_LOCK:
+        old, CACHE_SIZE = CACHE_SIZE, entries
+        _evict()
+    return old
+
+
+def _evict() -> None:
+    """Drop the least recently used entries beyond :data:`CACHE_SIZE` (``_CACHE_LOCK`` held)."""
+    while len(_CACHE) > CACHE_SIZE:
+        del _CACHE[next(iter(_CACHE))]
+
+
+def _cache_get(key: tuple) -> Any:
+    with _CACHE_LOCK:
+        hit = _CACHE.pop(key, None)
+        if hit is not None:
+            _CACHE[key] = hit
+        return hit
+
+
+def _cache_put(key: tuple, value: tuple[Any, Any, Any, Any]) -> None:
+    with _CACHE_LOCK:
+        _CACHE.pop(key, None)
+        _CACHE[key] = value
+        _evict()
 
 
 def normalize_dtype(dtype: Any) -> str:
@@ -126,7 +166,7 @@ def build(
         require_pycuda()
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
     key = (str(program), format_pipeline(pipeline), dtype, target)
-    hit = None if instruments else _CACHE.get(key)
+    hit = None if instruments else _cache_get(key)
     if hit is None:
         from tcc.instruments import BaseInstrument
 
@@ -157,8 +197,7 @@ def build(
         l1, loops = keep.program, llvm_module.program
         hit = (l1, loops, llvm_module, executable)
         if not instruments:
-            with _CACHE_LOCK:
-                _CACHE[key] = hit
+            _cache_put(key, hit)
     l1, loops, llvm_module, executable = hit
     if target == "cuda":
         from tcc.backends.cuda import CudaProgram

@@ -13,10 +13,13 @@ would either copy on every call or compute in the wrong precision),
 C-contiguity, writeability and aliasing of given output arrays.  Each mistake
 raises :class:`CallError` naming the tensor.
 
-Parallel kernels (an outermost ``parallel for``) are split over a thread
-pool: ctypes releases the GIL for the duration of a foreign call, so the parts
-run truly in parallel.  Kernels run in order; a kernel starts when every part
-of the previous one has finished.
+Parallel kernels (an outermost ``parallel for``) are split into ``threads``
+parts, run by the calling thread and a process-wide pool (:func:`run_parallel`):
+ctypes releases the GIL for the duration of a foreign call, so the parts run
+truly in parallel.  Kernels run in order; a kernel starts when every part of
+the previous one has finished.  An interrupted call (Ctrl-C) cancels the parts
+not started and waits for the running ones before it raises: they write into
+the call's buffers.
 
 External kernels (``extern inv(A) -> B``: a matrix function;
 ``extern matmul(A, B) -> C``: a matrix product) have no code;
@@ -35,9 +38,9 @@ after another.  It exists to test the grid mapping where there is no GPU.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import os
+import queue
 import threading
 from typing import Any, Mapping
 
@@ -46,7 +49,9 @@ import numpy as np
 from tcc.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
-__all__ = ["CallError", "CompiledProgram", "default_threads", "run_extern", "SIM_BLOCK", "SIM_MAX_BLOCKS"]
+__all__ = [
+    "CallError", "CompiledProgram", "default_threads", "pool_size", "run_extern", "run_parallel", "SIM_BLOCK", "SIM_MAX_BLOCKS",
+]
 
 #: cuda-sim launch shape: threads per block and the most blocks (24 simulated threads in all)
 SIM_BLOCK = 8
@@ -84,17 +89,150 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
     out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
 
 
-_POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
+class _Batch:
+    """The parts of one parallel kernel call, claimed one at a time by the pool's workers and the caller.
+
+    A part runs only after it has been claimed under ``cond``, and a worker
+    counts it finished in a ``finally``, so ``w_claimed - w_done`` is exactly
+    the number of parts running on pool threads.  The caller counts nothing
+    for its own parts: when it handles an exception it is not running one.
+    That is what lets an interrupted call wait for precisely the parts that
+    still write into its buffers.
+    """
+
+    def __init__(self, fn: Any, args: tuple[Any, ...], nparts: int) -> None:
+        self.fn = fn
+        self.args = args  # the ctypes pointer and size arrays: alive while a part may read them
+        self.nparts = nparts
+        self.cond = threading.Condition(threading.Lock())
+        self.next = 0
+        self.cancelled = False
+        self.w_claimed = 0
+        self.w_done = 0
+        self.error: BaseException | None = None
+
+    def claim(self, worker: bool) -> int | None:
+        with self.cond:
+            if self.cancelled or self.next >= self.nparts:
+                return None
+            part = self.next
+            self.next += 1
+            if worker:
+                self.w_claimed += 1
+            return part
+
+    def work(self) -> None:
+        """A pool worker's share: parts until none is left (or the call was cancelled)."""
+        while (part := self.claim(worker=True)) is not None:
+            try:
+                self.fn(*self.args, part, self.nparts)
+            except BaseException as exc:  # reported to the caller, which re-raises it
+                with self.cond:
+                    if self.error is None:
+                        self.error = exc
+                    self.cancelled = True
+            finally:
+                with self.cond:
+                    self.w_done += 1
+                    if self.w_done == self.w_claimed:
+                        self.cond.notify_all()
+
+    def cancel_and_drain(self) -> None:
+        """Stop handing out parts and wait until no worker runs one, whatever interrupts the wait.
+
+        A kernel running on a pool thread cannot be stopped, and it writes
+        into the call's buffers, so returning (and letting them be freed)
+        before it ends would let it write into freed memory.  A second Ctrl-C
+        (or any exception a signal handler raises) does not cut the wait
+        short: the exception that interrupted the call is re-raised after it.
+        """
+        while True:
+            try:
+                with self.cond:
+                    self.cancelled = True
+                    while self.w_done != self.w_claimed:
+                        self.cond.wait()
+                return
+            except BaseException:  # noqa: BLE001 - see the docstring
+                continue
 
 
-def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
-    with _POOLS_LOCK:
-        pool = _POOLS.get(threads)
-        if pool is None:
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tcc")
-            _POOLS[threads] = pool
-        return pool
+class _Pool:
+    """The process-wide worker threads of parallel kernels.
+
+    One set of daemon threads serves every ``threads`` value: it grows to the
+    largest ``threads - 1`` any call asks for (the calling thread runs parts
+    too) and never shrinks, so trying many thread counts does not pile up
+    threads.  Workers take batches from one queue; a batch whose parts are
+    all claimed by the time a worker gets to it costs that worker nothing,
+    so several calls (from several Python threads) can share the pool and
+    each makes progress on its own thread whatever the workers are doing.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queue: queue.SimpleQueue[_Batch] = queue.SimpleQueue()
+        self.workers: list[threading.Thread] = []
+
+    def _worker(self) -> None:
+        while True:
+            self.queue.get().work()
+
+    def ensure(self, workers: int) -> None:
+        with self.lock:
+            while len(self.workers) < workers:
+                t = threading.Thread(target=self._worker, name=f"tcc-{len(self.workers)}", daemon=True)
+                t.start()
+                self.workers.append(t)
+
+    def size(self) -> int:
+        return len(self.workers)
+
+
+_POOL = _Pool()
+
+
+def _reset_pool_after_fork() -> None:
+    """A forked child has only the thread that forked: the parent's workers (and any lock
+    or queue state they held) do not exist there, so the child starts with an empty pool."""
+    global _POOL
+    _POOL = _Pool()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def pool_size() -> int:
+    """How many worker threads the process-wide pool has started (it never stops them)."""
+    return _POOL.size()
+
+
+def run_parallel(fn: Any, ptrs: Any, sizes: Any, nparts: int) -> None:
+    """Run ``fn(ptrs, sizes, part, nparts)`` for every part, on the pool and the calling thread.
+
+    Returns when every part has finished.  If anything interrupts the call
+    (Ctrl-C's KeyboardInterrupt, an exception from a part), the parts not yet
+    started are cancelled, the call waits for the ones running on pool
+    threads, then re-raises: the buffers behind ``ptrs`` stay valid until no
+    part can write into them.
+    """
+    batch = _Batch(fn, (ptrs, sizes), nparts)
+    try:
+        pool = _POOL
+        pool.ensure(nparts - 1)
+        for _ in range(nparts - 1):
+            pool.queue.put(batch)
+        while (part := batch.claim(worker=False)) is not None:
+            fn(ptrs, sizes, part, nparts)
+        with batch.cond:
+            while batch.w_done != batch.w_claimed:
+                batch.cond.wait()
+    except BaseException:
+        batch.cancel_and_drain()
+        raise
+    if batch.error is not None:
+        raise batch.error
 
 
 class CompiledProgram:
@@ -143,22 +281,41 @@ class CompiledProgram:
     def _check_input(self, name: str, value: Any, decl: Any) -> np.ndarray:
         if isinstance(value, np.ndarray):
             arr = value
-        elif isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and not decl.extents:
-            arr = np.asarray(value, dtype=self.dtype)
+        elif not decl.extents and isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            # a real number converts to the element type as a literal would; complex and
+            # bool scalars have no real value to convert to, so they fall to the error below
+            try:
+                arr = np.asarray(value, dtype=self.dtype)
+            except OverflowError:
+                raise CallError(f"input '{name}' is an integer too large for {self.dtype}") from None
         else:
-            raise CallError(
-                f"input '{name}' must be a NumPy array of {self.dtype}, got {type(value).__name__}"
-            )
+            what = "a real number or a NumPy array" if not decl.extents else "a NumPy array"
+            raise CallError(f"input '{name}' must be {what} of {self.dtype}, got {type(value).__name__}")
         if arr.dtype != self.dtype:
-            raise CallError(
-                f"input '{name}' has dtype {arr.dtype}, but this program was compiled for {self.dtype} "
-                f"(convert with .astype(np.{self.dtype}) or compile with dtype='{arr.dtype}')"
-            )
+            raise CallError(f"input '{name}' has dtype {arr.dtype}, but this program was compiled for {self.dtype}{self._dtype_hint(arr.dtype)}")
         if not arr.flags.c_contiguous:
             raise CallError(
                 f"input '{name}' is not C-contiguous (strides {arr.strides}); pass np.ascontiguousarray({name})"
             )
         return arr
+
+    def _dtype_hint(self, dtype: np.dtype) -> str:
+        """How to fix an input of the wrong dtype: only what would work.
+
+        Compiling for the input's dtype is offered only where tcc can compile
+        for it (float32, float64); ``.astype`` only where the conversion keeps
+        the values (not complex: it would drop the imaginary part silently).
+        """
+        from tcc.build import DTYPES
+
+        if dtype.kind == "c":
+            return " (tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
+        if dtype.kind not in "biuf":
+            return ""
+        hint = f".astype(np.{self.dtype})"
+        if dtype.isnative and dtype.name in DTYPES:
+            return f" (convert with {hint} or compile with dtype='{dtype.name}')"
+        return f" (convert with {hint})"
 
     def _check_output(self, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
         if not isinstance(value, np.ndarray):
@@ -242,10 +399,7 @@ class CompiledProgram:
             if k.extern is not None:
                 run_extern(k.extern, buffers)
             elif k.parallel and threads > 1:
-                pool = _pool(threads)
-                futures = [pool.submit(k.fn, ptrs, size_vals, part, threads) for part in range(threads)]
-                for f in futures:
-                    f.result()
+                run_parallel(k.fn, ptrs, size_vals, threads)
             else:
                 k.fn(ptrs, size_vals, 0, 1)
         # the arrays stay referenced by `buffers` until every kernel has run
