@@ -296,10 +296,20 @@ class CudaProgram(CompiledProgram):
         return super().__repr__().replace(" on cuda>", f" on cuda ({self.ptx.arch})>")
 
     # -- argument checking (device arrays as well as NumPy) ----------------
+    def _device_dtype_hint(self, dtype: np.dtype) -> str:
+        """The host hint's rules (:meth:`CompiledProgram._dtype_hint`) for a device array, which has no ``.astype`` of NumPy's."""
+        from tcc.build import DTYPES
+
+        if dtype.kind == "c":
+            return " (tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
+        if dtype.name in DTYPES:
+            return f" (compile with dtype='{dtype.name}' or convert it to {self.dtype})"
+        return f" (convert it to {self.dtype})"
+
     def _check_input(self, name: str, value: Any, decl: Any) -> Any:
         dev = as_device_array(value, name)
         if dev is None:
-            if isinstance(value, np.ndarray) or isinstance(value, (int, float, np.number)):
+            if isinstance(value, np.ndarray) or isinstance(value, (int, float, complex, np.number, np.bool_)):
                 return super()._check_input(name, value, decl)
             raise CallError(
                 f"input '{name}' must be a NumPy array, a pycuda GPUArray or an object with "
@@ -307,8 +317,8 @@ class CudaProgram(CompiledProgram):
             )
         if dev.dtype != self.dtype:
             raise CallError(
-                f"input '{name}' has dtype {dev.dtype}, but this program was compiled for {self.dtype} "
-                f"(compile with dtype='{dev.dtype}' or convert it)"
+                f"input '{name}' has dtype {dev.dtype}, but this program was compiled for {self.dtype}"
+                f"{self._device_dtype_hint(np.dtype(dev.dtype))}"
             )
         if not dev.c_contiguous:
             raise CallError(f"input '{name}' is not C-contiguous; pass a contiguous copy")
@@ -345,7 +355,7 @@ class CudaProgram(CompiledProgram):
         return False
 
     # -- calling -----------------------------------------------------------
-    def __call__(self, **arrays: Any) -> dict[str, Any]:
+    def __call__(self, /, **arrays: Any) -> dict[str, Any]:
         with active():
             return self._call(arrays)
 

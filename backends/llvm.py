@@ -200,7 +200,6 @@ def run_default_pipeline(mod: Any, tm: Any, level: int, vectorize: bool | None =
     vectorisation on or off (default: LLVM's choice for the level).
     """
     import llvmlite.binding as llvm
-    from llvmlite.binding import ffi
 
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
     try:
@@ -213,15 +212,22 @@ def run_default_pipeline(mod: Any, tm: Any, level: int, vectorize: bool | None =
             try:
                 mpm.run(mod, pb)
             finally:
-                if type(mpm)._dispose is ffi.ObjectRef._dispose:  # the llvmlite bug: close() frees nothing
-                    ffi.lib.LLVMPY_DisposeNewModulePassManger(mpm)
-                    mpm.detach()
-                else:
-                    mpm.close()
+                dispose_module_pass_manager(mpm)
         finally:
             pb.close()
     finally:
         pto.close()
+
+
+def dispose_module_pass_manager(mpm: Any) -> None:
+    """Free a ``ModulePassManager`` now, working around llvmlite's no-op dispose (see :func:`run_default_pipeline`)."""
+    from llvmlite.binding import ffi
+
+    if type(mpm)._dispose is ffi.ObjectRef._dispose:  # the llvmlite bug: close() frees nothing
+        ffi.lib.LLVMPY_DisposeNewModulePassManger(mpm)
+        mpm.detach()
+    else:
+        mpm.close()
 
 
 # ---------------------------------------------------------------------------

@@ -186,6 +186,8 @@ def _check(llvm_module: LLVMModule) -> None:
 
 def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:
     """Link libdevice where needed, then LLVM's ``O<level>`` pipeline for the NVPTX target machine."""
+    from tcc.backends.llvm import dispose_module_pass_manager, run_default_pipeline
+
     _check(llvm_module)
     if not 0 <= level <= 3:
         raise ValueError(f"LLVM optimisation level must be 0..3, not {level}")
@@ -202,13 +204,18 @@ def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:
                 if not f.is_declaration and f.name not in kernels:
                     f.linkage = "internal"
         tm = target_machine(llvm_module.arch, llvm_module.ptx_version)
+        # drop the hundreds of unused libdevice functions before O3 looks at each
         pto = llvm.create_pipeline_tuning_options(speed_level=level)
         pb = llvm.create_pass_builder(tm, pto)
-        # drop the hundreds of unused libdevice functions before O3 looks at each
         dce = llvm.create_new_module_pass_manager()
-        dce.add_global_dead_code_eliminate_pass()
-        dce.run(mod, pb)
-        pb.getModulePassManager().run(mod, pb)
+        try:
+            dce.add_global_dead_code_eliminate_pass()
+            dce.run(mod, pb)
+        finally:
+            dispose_module_pass_manager(dce)
+            pb.close()
+            pto.close()
+        run_default_pipeline(mod, tm, level)
         try:
             mod.verify()
         except RuntimeError as exc:  # pragma: no cover - LLVM's own bug

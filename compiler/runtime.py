@@ -378,7 +378,7 @@ class CompiledProgram:
         return np.may_share_memory(a, b)
 
     # -- calling ------------------------------------------------------------
-    def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
+    def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
         sizes, buffers = self.bind(arrays)
         order = self.loops.buffers
         ptrs = (ctypes.c_void_p * max(1, len(order)))(*[buffers[b.name].ctypes.data for b in order])

@@ -398,7 +398,15 @@ def test_device_array_errors(fake):
     x, w = ga.to_gpu(np.arange(6.0)), ga.to_gpu(np.ones(2))
     assert call_error(f, x=ga.to_gpu(np.arange(6, dtype=np.float32)), w=w) == (
         "input 'x' has dtype float32, but this program was compiled for float64 "
-        "(compile with dtype='float32' or convert it)"
+        "(compile with dtype='float32' or convert it to float64)"
+    )
+    # tcc compiles for float32 and float64 only: no 'compile with dtype=int64'
+    assert call_error(f, x=ga.to_gpu(np.arange(6, dtype=np.int64)), w=w) == (
+        "input 'x' has dtype int64, but this program was compiled for float64 (convert it to float64)"
+    )
+    assert call_error(f, x=ga.to_gpu(np.arange(6, dtype=np.complex128)), w=w) == (
+        "input 'x' has dtype complex128, but this program was compiled for float64 "
+        "(tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
     )
     assert call_error(f, x=ga.to_gpu(np.arange(12.0))[::2], w=w) == "input 'x' is not C-contiguous; pass a contiguous copy"
     assert call_error(f, x=CAIArray(fake, np.arange(12.0), shape=(6,), strides=(16,)), w=w) == (

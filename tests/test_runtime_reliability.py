@@ -325,3 +325,38 @@ def test_array_dtype_errors_suggest_what_works(scale: Any, dtype: Any, hint: str
     assert call_error(scale, x=x, s=1.0) == (
         f"input 'x' has dtype {x.dtype}, but this program was compiled for float64{hint}"
     )
+
+
+def test_generating_ptx_does_not_leak_native_memory() -> None:
+    """The NVPTX optimiser built two pass managers per compile (global DCE, then O3) and freed
+    neither: about 180 kB per PTX compile before, about 12 kB after.  No GPU needed: the PTX is
+    generated, not loaded."""
+    out = run_script("""
+import gc
+import tcc
+from tcc.build import compile_pipeline
+from tcc.pipeline import run_pipeline
+def rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096
+PIPELINE = compile_pipeline("infer-ranges,lower-loops", "float64", "cuda", "sm_80")
+def ptx(i):
+    return run_pipeline(tcc.parse(f"input x[n]\\ny[i] = sin(x[i]) * {i}.5 + x[i]\\n"), PIPELINE)
+for i in range(10):
+    ptx(i)
+gc.collect()
+before = rss()
+for i in range(10, 70):
+    ptx(i)
+gc.collect()
+print((rss() - before) / 60)
+""", timeout=120)
+    assert float(out) < 60_000
+
+
+def test_an_input_named_self_is_an_argument_like_any_other() -> None:
+    """``__call__(self, **arrays)`` took ``self=`` as its own parameter (TypeError: multiple values)."""
+    src = "input self[n]\ny[i] = 2 * self[i]\n"
+    x = np.linspace(-1.0, 1.0, 5)
+    np.testing.assert_array_equal(tcc.compile(src)(self=x)["y"], reference(src, self=x)["y"])
+    np.testing.assert_array_equal(tcc.compile(src, target="cuda-sim")(self=x)["y"], 2 * x)
