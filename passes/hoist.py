@@ -427,7 +427,13 @@ class _Factor:
     def factor(self, loop: For, acc: str, facts: Facts, out: list[Stmt], rest: list[Stmt]):
         """Rewrite ``loop`` (whose only write of ``acc`` is one accumulate)
         to accumulate the variant part; returns the new loop and the new rest
-        of the block (with the multiplication in front), or None."""
+        of the block (with the multiplication in front), or None.
+
+        The product is only formed when the accumulate ran at least once
+        (:func:`runs_test`): an empty sum is exactly +0, as in the
+        interpreter, even when the factor is inf or NaN (``0 * inf`` would
+        be NaN).  Where that test cannot be written exactly, nothing is
+        factored."""
         accs = [s for s in _walk(loop.body) if isinstance(s, Accumulate) and s.target == acc and not s.indices]
         if len(accs) != 1 or acc in read_names(loop.body) or acc in bound_inside(loop.body):
             return None
@@ -436,20 +442,20 @@ class _Factor:
         sign, factors = _factors(target.value)
         keep: list[tuple[Expr, int]] = []
         moved: list[tuple[Expr, int]] = []
-        guard: Cond | None = None
         in_loop = facts.with_range(loop.var, loop.lo, loop.hi)
         for f, p in factors:
             if expr_names(f) & varying:
                 keep.append((f, p))
-            elif self.checker.expr_ok(f, facts):
-                moved.append((f, p))
-            elif self.checker.expr_ok(f, in_loop):
-                # safe where the loop runs; the product is 0 anyway where it does not
-                guard = make_and(nonempty_guard(loop, facts))
+            elif self.checker.expr_ok(f, facts) or self.checker.expr_ok(f, in_loop):
+                # a load in bounds only where the loop runs is read only then:
+                # the runs test below implies that the loop runs
                 moved.append((f, p))
             else:
                 keep.append((f, p))
         if not moved or all(isinstance(f, Const) and f.value == 1 for f, _ in moved):
+            return None
+        ok, guard = runs_test(loop, target, facts)
+        if not ok:
             return None
         x = _product(keep, sign)
         zero_start = _starts_at_zero(out, acc) and acc not in outer_writes(rest)
@@ -460,12 +466,66 @@ class _Factor:
         if zero_start:
             scaled = fresh_name(acc + "_s", self.taken)
             self.taken.add(scaled)
-            value = _where(guard, _product([(Access(acc, ()), 1)] + moved))
+            # ``+ 0``: a sum that starts at +0 is never -0, but ``+0 * -y`` is
+            value = _where(guard, Binary("+", _product([(Access(acc, ()), 1)] + moved), Const(0)))
             tail = [Let(scaled, value)] + list(rename_reads(tuple(rest), acc, scaled))
             return new_loop, tail
         out.append(Local(part, Const(0)))
-        value = _where(guard, _product([(Access(part, ()), 1)] + moved))
-        return new_loop, [Accumulate(acc, (), value)] + rest
+        update: Stmt = Accumulate(acc, (), _product([(Access(part, ()), 1)] + moved))
+        return new_loop, [update if guard is None else If(guard, (update,))] + rest
+
+
+def runs_test(loop: For, target: Stmt, facts: Facts) -> tuple[bool, Cond | None]:
+    """The test that ``target`` (a statement inside ``loop``) runs at least
+    once when ``loop`` runs: ``(True, None)`` when the facts prove it always
+    does, ``(True, cond)`` with an exact ``cond`` (true if and only if it
+    runs), ``(False, None)`` when no exact test is found.
+
+    The loops and ``if``s from ``loop`` down to ``target`` are walked; each
+    contributes the tests its facts do not already prove (a loop: that it is
+    nonempty; an ``if``: its condition on the taken branch).  The conjunction
+    is exact when none of those tests mentions a variable of the walked loops
+    (the iteration space is then a box times tests that do not vary in it).
+    A triangular ``for b in 0..a`` inside ``for a in 0..n - 1`` adds nothing:
+    ``a >= 0`` proves it nonempty.  A test such as ``b == a + 1`` cannot be
+    written without a quantifier: refused."""
+    path = _path_to(loop, target)
+    if path is None:  # pragma: no cover - the caller found target inside loop
+        return False, None
+    inner = facts
+    walked: set[str] = set()
+    tests: list[Cond] = []
+    for st, branch in path:
+        if isinstance(st, For):
+            new = nonempty_guard(st, inner)
+            inner = inner.with_range(st.var, st.lo, st.hi)
+            walked.add(st.var)
+        else:
+            c = st.cond if branch == "then" else negate(st.cond)  # type: ignore[union-attr]
+            new = [] if inner.implies(c) else [c]
+            inner = inner.with_cond(c)
+        if any(set(c.names()) & walked for c in new):
+            return False, None
+        tests.extend(c for c in new if c not in tests)
+    return True, make_and(tests)
+
+
+def _path_to(root: Stmt, target: Stmt) -> list[tuple[Stmt, str]] | None:
+    """The loops and branches of ``if``s from ``root`` (included) down to
+    ``target``, outermost first."""
+    if root is target:
+        return []
+    branches: list[tuple[str, tuple[Stmt, ...]]] = []
+    if isinstance(root, For):
+        branches = [("", root.body)]
+    elif isinstance(root, If):
+        branches = [("then", root.then), ("else", root.orelse)]
+    for branch, body in branches:
+        for s in body:
+            sub = _path_to(s, target)
+            if sub is not None:
+                return [(root, branch)] + sub
+    return None
 
 
 def _where(cond: Cond | None, e: Expr) -> Expr:
