@@ -59,6 +59,7 @@ writing ``B``; the pass itself leaves external kernels alone.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
@@ -433,7 +434,8 @@ class _Factor:
         (:func:`runs_test`): an empty sum is exactly +0, as in the
         interpreter, even when the factor is inf or NaN (``0 * inf`` would
         be NaN).  Where that test cannot be written exactly, nothing is
-        factored."""
+        factored -- unless the factors are finite non-zero constants, whose
+        product with an empty sum is a zero anyway."""
         accs = [s for s in _walk(loop.body) if isinstance(s, Accumulate) and s.target == acc and not s.indices]
         if len(accs) != 1 or acc in read_names(loop.body) or acc in bound_inside(loop.body):
             return None
@@ -454,9 +456,18 @@ class _Factor:
                 keep.append((f, p))
         if not moved or all(isinstance(f, Const) and f.value == 1 for f, _ in moved):
             return None
-        ok, guard = runs_test(loop, target, facts)
-        if not ok:
-            return None
+        constants = [f.value for f, _ in moved if isinstance(f, Const)]
+        finite = len(constants) == len(moved) and all(math.isfinite(c) and c != 0 for c in constants)
+        if finite:
+            # a finite multiplier keeps an empty sum a zero: no test needed
+            guard: Cond | None = None
+        else:
+            ok, guard = runs_test(loop, target, facts)
+            if not ok:
+                return None
+        # ``+ 0``: a sum that starts at +0 is never -0, but ``+0 * -y`` is;
+        # not needed when the multiplier is a positive constant
+        positive = finite and sum(c < 0 for c in constants) % 2 == 0
         x = _product(keep, sign)
         zero_start = _starts_at_zero(out, acc) and acc not in outer_writes(rest)
         part = acc if zero_start else fresh_name(acc, self.taken)
@@ -466,8 +477,8 @@ class _Factor:
         if zero_start:
             scaled = fresh_name(acc + "_s", self.taken)
             self.taken.add(scaled)
-            # ``+ 0``: a sum that starts at +0 is never -0, but ``+0 * -y`` is
-            value = _where(guard, Binary("+", _product([(Access(acc, ()), 1)] + moved), Const(0)))
+            value = _product([(Access(acc, ()), 1)] + moved)
+            value = _where(guard, value if positive else Binary("+", value, Const(0)))
             tail = [Let(scaled, value)] + list(rename_reads(tuple(rest), acc, scaled))
             return new_loop, tail
         out.append(Local(part, Const(0)))

@@ -128,6 +128,20 @@ def test_guard_that_excludes_every_term(target: str, dtype: str) -> None:
     np.testing.assert_array_equal(want["f"][:2], [0.0, INF])
 
 
+# the same guard with a constant multiplier: a finite non-zero constant keeps
+# an empty sum a zero, so this is factored without a test; f[2] sums 1 and -1
+# (+0 in any order), and the factored (1 - 1) / -2 is -0 unless it is made +0
+OFF_DIAGONAL_CONSTANT = "input x[m], y[n]\noutput f[n]\nf[i] = sum[k: 0..m - 1](where(k != i, x[k] / -2, 0))\n"
+
+
+@pytest.mark.parametrize("target,dtype", TARGETS)
+def test_guard_with_a_constant_multiplier(target: str, dtype: str) -> None:
+    assert "f_acc += x[k]\n" in loops_text(OFF_DIAGONAL_CONSTANT)
+    want = check(OFF_DIAGONAL_CONSTANT, {"x": np.array([1.0, -1.0]), "y": np.zeros(3)}, target, dtype)
+    np.testing.assert_array_equal(want["f"], [0.5, -0.5, 0.0])
+    check(OFF_DIAGONAL_CONSTANT, {"x": np.array([INF]), "y": np.zeros(2)}, target, dtype)
+
+
 # a guard on the sizes only becomes a test around the loop, which the
 # "some term ran" test takes in: factored, and exact
 SIZE_GUARD = "input x[m], y[n]\nf[i] = sum[k: 0..m - 1](where(m >= 2, x[k] * y[i], 0))\n"
