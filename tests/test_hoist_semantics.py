@@ -16,6 +16,7 @@ the CPU in float64 and float32 and through the GPU pipeline in ``cuda-sim``.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -24,6 +25,12 @@ import pytest
 
 import tcc
 from tcc.interpreter import evaluate
+from tcc.ir.loops_parser import parse_loop_program
+from tcc.pass_base import Level
+from tcc.pipeline import run_pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loop_eval import run_loops  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INF, NAN = np.inf, np.nan
@@ -202,3 +209,48 @@ def test_factoring_is_kept_where_the_sum_is_known_to_run() -> None:
     # loop's range test, not recomputed per term
     assert "let f_acc_s = where(n >= i + 2, f_acc / y[i] + 0, 0)" in loops_text(SUFFIX)
     assert "f_acc += x[k]\n" in loops_text(FULL)
+
+
+# ---------------------------------------------------------------------------
+# Hand-written L2: tests the front end does not produce
+# ---------------------------------------------------------------------------
+
+# the accumulate in the else branch of a size test (its negation is part of
+# the runs test) and one behind a test on the summation variable (refused)
+ELSE_BRANCH = """sizes n, m
+input x[m], y[n]
+output f[n], g[n]
+
+kernel f {
+  for i in 0..n - 1 {
+    local acc = 0
+    local acc2 = 0
+    for k in 0..m - 1 {
+      if m >= 3 {
+        g[i] = x[k]
+      } else {
+        acc += x[k] * y[i]
+      }
+    }
+    for k in 0..m - 1 {
+      if k >= 1 {
+        acc2 += x[k] * y[i]
+      }
+    }
+    f[i] = acc + acc2
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("m", [0, 1, 2, 3])
+def test_runs_test_of_an_else_branch_and_a_refused_guard(m: int) -> None:
+    program = parse_loop_program(ELSE_BRANCH)
+    factored = run_pipeline(program, "hoist{licm=false extract=false}", start=Level.LOOPS)
+    plain = run_pipeline(program, "hoist{factor=false licm=false extract=false}", start=Level.LOOPS)
+    text = str(factored)
+    assert "let acc_s = where(m >= 1 and m < 3, acc * y[i] + 0, 0)" in text  # "the loop and the else branch ran"
+    assert "acc2 += x[k] * y[i]" in text  # k >= 1: "some term ran" needs an exists over k
+    inputs = {"x": np.arange(1.0, m + 1), "y": np.array([INF, NAN, -0.0, 2.0])}
+    got, want = run_loops(factored, inputs), run_loops(plain, inputs)
+    assert_same_ieee(got["f"], want["f"], "float64", "f")
