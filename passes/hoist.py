@@ -402,6 +402,7 @@ class _Factor:
         self.checker = checker
         self.taken = taken
         self.changed = 0
+        self.tests: dict[int, If] = {}  # the ``if test { acc += t * Y }`` made here
 
     def block(self, body: tuple[Stmt, ...], facts: Facts, outer_locals: frozenset[str]) -> tuple[Stmt, ...]:
         out: list[Stmt] = []
@@ -419,6 +420,12 @@ class _Factor:
                         locals_ |= {st.name for st in out if isinstance(st, Local)}
                 inner = facts.with_range(s.var, s.lo, s.hi)
                 s = replace(s, body=self.block(s.body, inner, frozenset(locals_)))
+                for acc in sorted(locals_):
+                    done = self.test_after(s, acc, out, rest)
+                    if done is not None:
+                        s, rest = done
+            elif isinstance(s, If) and id(s) in self.tests:
+                pass  # made here: one accumulate, nothing to factor
             elif isinstance(s, If):
                 s = replace(
                     s,
@@ -486,7 +493,36 @@ class _Factor:
             return new_loop, tail
         out.append(Local(part, Const(0)))
         update: Stmt = Accumulate(acc, (), _product([(Access(part, ()), 1)] + moved))
-        return new_loop, [update if guard is None else If(guard, (update,))] + rest
+        if guard is None:
+            return new_loop, [update] + rest
+        test = If(guard, (update,))
+        self.tests[id(test)] = test
+        return new_loop, [test] + rest
+
+    def test_after(self, loop: For, acc: str, out: list[Stmt], rest: list[Stmt]):
+        """Move the test of an ``if test { acc += t * Y }`` made by
+        :meth:`factor` after ``loop``, when ``loop`` does not change it and
+        nothing else in ``loop`` writes ``acc``, which starts at 0 in front of
+        it: ``acc += t * Y`` unconditionally, then ``let acc_g = where(test,
+        acc, 0)`` -- where the test fails, no term was added in any iteration,
+        and the interpreter's sum is 0.  One select after the nest instead
+        of a branch in it, which LLVM would unswitch, changing how it
+        vectorises the loops inside (the logistic-regression Hessian-vector
+        product was 15% slower).  Returns the new loop and rest, or None."""
+        accs = [s for s in _walk(loop.body) if isinstance(s, Accumulate) and s.target == acc]
+        tests = [s for s in _walk(loop.body) if id(s) in self.tests and s.then[0] in accs]  # type: ignore[union-attr]
+        if len(accs) != 1 or len(tests) != 1 or acc in read_names(loop.body) or acc in bound_inside(loop.body):
+            return None
+        test: If = tests[0]  # type: ignore[assignment]
+        if set(test.cond.names()) & (bound_inside(loop.body) | {loop.var}):
+            return None
+        if not (_starts_at_zero(out, acc) and acc not in outer_writes(rest)):
+            return None
+        new_loop = _replace_stmt(loop, test, test.then[0])
+        guarded = fresh_name(acc + "_g", self.taken)
+        self.taken.add(guarded)
+        tail = [Let(guarded, Where(test.cond, Access(acc, ()), Const(0)))]
+        return new_loop, tail + list(rename_reads(tuple(rest), acc, guarded))
 
 
 def runs_test(loop: For, target: Stmt, facts: Facts) -> tuple[bool, Cond | None]:

@@ -108,6 +108,20 @@ def test_empty_inner_axis_of_a_double_sum(target: str, dtype: str, p: int) -> No
     check(NESTED, {"x": x, "y": np.array([INF, -INF, NAN, 0.0, -2.0])}, target, dtype)
 
 
+# y[l] leaves the inner loop over k; the test "m >= 1" of that loop does not
+# change in the loop over l, so it guards the whole double sum once, after it
+ROW_SUMS = "input x[p, m], y[p]\nf = sum[l: 0..p - 1, k: 0..m - 1](x[l, k] * y[l])\n"
+
+
+@pytest.mark.parametrize("target,dtype", TARGETS)
+@pytest.mark.parametrize("m", [0, 2])
+def test_empty_inner_sum_under_an_outer_one(target: str, dtype: str, m: int) -> None:
+    assert "let f_acc_g = where(m >= 1, f_acc, 0)" in loops_text(ROW_SUMS)
+    x = np.arange(1.0, 3 * m + 1).reshape(3, m)
+    for y in ([INF, 1.0, 2.0], [NAN, 1.0, 2.0], [-0.0, 1.0, -1.0]):
+        check(ROW_SUMS, {"x": x, "y": np.array(y)}, target, dtype)
+
+
 @pytest.mark.parametrize("target,dtype", TARGETS)
 def test_softmax_gradient_with_an_empty_axis(target: str, dtype: str) -> None:
     # ds[i] = sum[j](-(dy[i, j] * e[i, j] / s[i]**2)) with s[i] = sum of
