@@ -5,10 +5,17 @@
 
 Every program ends in the scalar ``f = sum[i](hN[i])``; differentiate it with
 ``tcc grad chain.tcc --of f --wrt x`` (``--wrt x,A`` for ``matvec``).
+
+    python benchmarks/chain.py --time matvec 25,50,100,200,400 [--wrt x]
+
+derives each program in-process and prints a markdown table of the CPU time
+(``time.process_time``: other processes on a shared machine do not inflate it)
+of parsing and of each pass of the default grad pipeline, seconds.
 """
 from __future__ import annotations
 
 import sys
+import time
 
 
 def matvec(n: int) -> str:
@@ -27,9 +34,41 @@ def elem(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+KINDS = {"matvec": matvec, "elem": elem}
+
+
+def time_grad(kind: str, sizes: list[int], wrt: str) -> None:
+    from tcc.instruments import TimePasses
+    from tcc.ir.parser import parse_program
+    from tcc.ir.polyhedra import clear_cache
+    from tcc.pipeline import grad_pipeline, run_pipeline
+
+    # as the ``tcc`` command does (compiler/driver.py): some passes still recurse per nesting level
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+    print(f"tcc grad --of f --wrt {wrt}, {kind} chain, CPU seconds\n")
+    for row, n in enumerate(sizes):
+        clear_cache()
+        t = time.process_time()
+        program = parse_program(KINDS[kind](n), f"{kind}{n}.tcc")
+        parse_s = time.process_time() - t
+        timer = TimePasses(clock=time.process_time)
+        run_pipeline(program, grad_pipeline("f", wrt.split(",")), instruments=[timer])
+        timings = [(spec.split("{")[0], s) for spec, s in timer.timings]
+        if row == 0:
+            print("| N | total | parse | " + " | ".join(name for name, _ in timings) + " |")
+            print("|---:|---:|---:|" + "---:|" * len(timings))
+        total = parse_s + sum(s for _, s in timings)
+        cells = " | ".join(f"{s:.2f}" for _, s in timings)
+        print(f"| {n} | **{total:.2f}** | {parse_s:.2f} | {cells} |", flush=True)
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--time":
+        wrt = argv[argv.index("--wrt") + 1] if "--wrt" in argv else "x"
+        time_grad(argv[1], [int(n) for n in argv[2].split(",")], wrt)
+        return 0
     kind, n = argv[0], int(argv[1])
-    sys.stdout.write({"matvec": matvec, "elem": elem}[kind](n))
+    sys.stdout.write(KINDS[kind](n))
     return 0
 
 
