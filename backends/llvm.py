@@ -17,12 +17,17 @@ fixed signature means the runtime needs no per-kernel ctypes prototypes.
 Why each kernel is two functions
 --------------------------------
 The external entry only unpacks the two arrays and calls an internal
-``<symbol>.body`` that takes every buffer as a separate ``noalias`` pointer
-and every size as an ``i64`` value.  The runtime guarantees that different
-buffers never overlap, and ``noalias`` is how LLVM learns it: after inlining,
+``<symbol>.body`` that takes every buffer the kernel reads or writes as a
+separate ``noalias`` pointer and every size as an ``i64`` value.  The
+runtime guarantees that different buffers never overlap, and ``noalias`` is how LLVM learns it: after inlining,
 the attribute turns into ``alias.scope``/``noalias`` metadata, so the loop
 vectorizer needs no runtime overlap checks.  It also keeps the body free of
 ``bufs``/``sizes`` reloads that LLVM could not otherwise hoist across stores.
+Only the kernel's own buffers are passed (:func:`kernel_buffers`): with every
+buffer of the program, each kernel of a program with ``B`` buffers would
+carry ``B`` loads, arguments and alias scopes, so ``K`` kernels cost LLVM
+``O(K * B)`` -- quadratic in a chain of definitions, where ``B`` grows with
+``K`` (the gradient of a 100-step chain: 400 kernels, 200 buffers).
 
 Semantics that matter for correctness
 -------------------------------------
@@ -100,7 +105,20 @@ from llvmlite import ir
 from tcc.diagnostics import TccError
 from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+from tcc.ir.loops import (
+    Accumulate,
+    Buffer,
+    For,
+    If,
+    Kernel,
+    Let,
+    Local,
+    LoopProgram,
+    Stmt,
+    Store,
+    stmt_exprs,
+    walk_stmts,
+)
 
 __all__ = [
     "LLVMModule",
@@ -321,6 +339,24 @@ def kernel_symbol(index: int, kernel: Kernel) -> str:
     return f"tcc_{index}_{_UNSAFE.sub('_', kernel.name)}"
 
 
+def kernel_buffers(program: LoopProgram, kernel: Kernel) -> tuple[tuple[int, Buffer], ...]:
+    """The buffers ``kernel`` stores to or reads, with their positions in ``program.buffers``.
+
+    The kernel's body function takes only these (see "Why each kernel is two
+    functions"), in the program's buffer order so the IR is deterministic.
+    """
+    names: set[str] = set()
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, Store):
+            names.add(s.buffer)
+        elif isinstance(s, Accumulate):
+            names.add(s.target)
+        for e in stmt_exprs(s):
+            # a 0-d read may be a let or local rather than a buffer: an extra buffer is harmless
+            names.update(n.tensor for n in postorder(e) if isinstance(n, Access))
+    return tuple((k, b) for k, b in enumerate(program.buffers) if b.name in names)
+
+
 REASSOCIATE = ("never", "contiguous", "always")
 
 
@@ -463,7 +499,8 @@ class _KernelLowering:
         for reg in ("tid.x", "ntid.x", "ctaid.x", "nctaid.x"):
             sreg = self.module.declare_intrinsic(f"llvm.nvvm.read.ptx.sreg.{reg}", (), ir.FunctionType(I32, []))
             ids.append(b.zext(b.call(sreg, [], name=reg.replace(".x", "")), I64))
-        b.call(body, list(fn.args) + ids)
+        used = [fn.args[k] for k, _ in self.used]
+        b.call(body, used + list(fn.args[nb:]) + ids)
         b.ret_void()
 
     def build_simulator_entry(self, body: ir.Function) -> None:
@@ -522,7 +559,7 @@ class _KernelLowering:
     def unpack_arguments(self, b: ir.IRBuilder, fn: ir.Function, bufs: ir.Value, sizes: ir.Value) -> list[ir.Value]:
         """Load every buffer pointer and size from the host ABI's two arrays."""
         args: list[ir.Value] = []
-        for k, buf in enumerate(self.program.buffers):
+        for k, buf in self.used:
             slot = b.gep(bufs, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
             args.append(b.load(slot, name=fn.scope.deduplicate(buf.name), typ=PTR))
         for k, size in enumerate(self.program.sizes):
@@ -531,7 +568,8 @@ class _KernelLowering:
         return args
 
     def build_body(self) -> ir.Function:
-        nb, ns = len(self.program.buffers), len(self.program.sizes)
+        self.used = kernel_buffers(self.program, self.kernel)
+        nb, ns = len(self.used), len(self.program.sizes)
         grid = self.target.abi != "host"
         fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * ns + [I64] * (4 if grid else 2))
         fn = ir.Function(self.module, fnty, self.symbol + ".body")
@@ -540,7 +578,7 @@ class _KernelLowering:
         fn.attributes.add("alwaysinline")
         self.fn = fn
         self.bufs: dict[str, tuple[ir.Value, int]] = {}
-        for buf, arg in zip(self.program.buffers, fn.args[:nb]):
+        for (_, buf), arg in zip(self.used, fn.args[:nb]):
             arg.name = fn.scope.deduplicate(buf.name)
             arg.add_attribute("noalias")
             self.bufs[buf.name] = (arg, buf.rank)
@@ -561,7 +599,7 @@ class _KernelLowering:
         self.b = ir.IRBuilder(start)
         self.memo = _Memo()
         self.dims: dict[str, list[ir.Value]] = {}
-        for buf in self.program.buffers:
+        for _, buf in self.used:
             self.dims[buf.name] = [self.affine(d, {}) for d in buf.shape[1:]]
         par = self.kernel.parallel_loop
         if grid:
