@@ -11,6 +11,12 @@ Every program ends in the scalar ``f = sum[i](hN[i])``; differentiate it with
 derives each program in-process and prints a markdown table of the CPU time
 (``time.process_time``: other processes on a shared machine do not inflate it)
 of parsing and of each pass of the default grad pipeline, seconds.
+
+    python benchmarks/chain.py --compile matvec 25,50,100,200 [--wrt x]
+
+compiles each gradient with ``tcc.compile`` (CPU target, float64) and prints
+the CPU seconds of the whole compile, of ``lower-llvm`` and ``llvm-opt``, and
+the number of kernels and of kernel bodies LLVM keeps apart (shared ones).
 """
 from __future__ import annotations
 
@@ -62,10 +68,38 @@ def time_grad(kind: str, sizes: list[int], wrt: str) -> None:
         print(f"| {n} | **{total:.2f}** | {parse_s:.2f} | {cells} |", flush=True)
 
 
+def time_compile(kind: str, sizes: list[int], wrt: str) -> None:
+    import re
+
+    import tcc
+    from tcc.instruments import TimePasses
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+    print(f"tcc.compile(tcc.grad(..., of='f', wrt='{wrt}')), {kind} chain, CPU seconds\n")
+    print("| N | kernels | shared bodies | compile | lower-llvm | llvm-opt |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        grad = tcc.grad(tcc.parse(KINDS[kind](n)), of="f", wrt=wrt)
+        timer = TimePasses(clock=time.process_time)
+        t = time.process_time()
+        compiled = tcc.compile(grad, instruments=[timer])
+        total = time.process_time() - t
+        passes = {spec.split("{")[0]: s for spec, s in timer.timings}
+        text = str(compiled.llvm)
+        kernels = len(re.findall(r"^define void @", text, re.M))
+        bodies = len(re.findall(r"^define internal .*\.body", text, re.M))
+        print(f"| {n} | {kernels} | {bodies} | **{total:.2f}** | {passes['lower-llvm']:.2f} | {passes['llvm-opt']:.2f} |",
+              flush=True)
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--time":
         wrt = argv[argv.index("--wrt") + 1] if "--wrt" in argv else "x"
         time_grad(argv[1], [int(n) for n in argv[2].split(",")], wrt)
+        return 0
+    if argv and argv[0] == "--compile":
+        wrt = argv[argv.index("--wrt") + 1] if "--wrt" in argv else "x"
+        time_compile(argv[1], [int(n) for n in argv[2].split(",")], wrt)
         return 0
     kind, n = argv[0], int(argv[1])
     sys.stdout.write(KINDS[kind](n))
