@@ -159,6 +159,11 @@ def _match_instance(g: Definition, g_acc: list[Access], e: Expr) -> tuple[Affine
 
 
 def share_instances(program: Program) -> Program:
+    """Rewrite 1 (module docstring): the earliest matching definition wins, as in program order.
+
+    Linear in the program: each node's shape is computed once, and only the
+    definitions of its shape's bucket are tried there.
+    """
     sizes = program.sizes()
     shapes = _Shapes()
     # definitions that may be shared, by the shape of their body, in program order
