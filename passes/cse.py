@@ -81,13 +81,66 @@ def _in_bounds_everywhere(program: Program, e: Expr, facts: Facts) -> bool:
     return True
 
 
-def _match_instance(g: Definition, e: Expr) -> tuple[Affine, ...] | None:
-    """``σ`` with ``substitute(g.body, σ) is e``, found from g's plain-index accesses."""
+class _Shapes:
+    """Interned *shapes*: an expression with every index expression forgotten.
+
+    ``substitute`` only rewrites affine indices, conditions, sum bounds and
+    bound-variable names; it keeps node types, operators, tensors, arities and
+    constants.  So ``substitute(g.body, σ) is e`` implies
+    ``shape(g.body) == shape(e)``, and bucketing the earlier definitions by the
+    shape of their bodies finds every candidate ``_match_instance`` could
+    accept without trying each definition at each node (which made
+    ``share_instances`` quadratic in the number of definitions).
+
+    A shape is a small int, built bottom-up from the children's ints, so every
+    node costs O(1) once.  The memo is keyed by ``id`` and holds the key node
+    too: a node freed while the memo lives could otherwise hand its ``id`` to a
+    different node and inherit a stale shape.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple, int] = {}
+        self._memo: dict[int, tuple[Expr, int]] = {}
+
+    def of(self, root: Expr) -> int:
+        memo = self._memo
+        hit = memo.get(id(root))
+        if hit is not None:
+            return hit[1]
+        for n in postorder(root):
+            if id(n) not in memo:
+                memo[id(n)] = (n, self._intern(n))
+        return memo[id(root)][1]
+
+    def _intern(self, n: Expr) -> int:
+        kids = tuple(self._memo[id(c)][1] for c in n.children())
+        if isinstance(n, Access):
+            head: tuple = ("access", n.tensor, len(n.indices))
+        elif isinstance(n, Const):
+            head = ("const", Const._key(n.value))
+        elif isinstance(n, (Unary, Binary)):
+            head = (type(n).__name__, n.op)
+        elif isinstance(n, Sum):
+            head = ("sum", len(n.lo), len(n.hi))
+        elif isinstance(n, CSum):
+            head = ("csum", len(n.vars), len(n.constraints))
+        elif isinstance(n, MatrixFn):
+            head = ("matrix", n.fn, n.args)
+        else:
+            head = (type(n).__name__,)
+        return self._ids.setdefault(head + kids, len(self._ids))
+
+
+def _accesses(e: Expr) -> list[Access]:
+    return [n for n in postorder(e) if isinstance(n, Access)]
+
+
+def _match_instance(g: Definition, g_acc: list[Access], e: Expr) -> tuple[Affine, ...] | None:
+    """``σ`` with ``substitute(g.body, σ) is e``, found from g's plain-index accesses ``g_acc``."""
     if type(g.body) is not type(e) or not g.indices:
         return None
     sigma: dict[str, Affine] = {}
-    g_acc = [n for n in postorder(g.body) if isinstance(n, Access)]
-    e_acc = [n for n in postorder(e) if isinstance(n, Access)]
+    e_acc = _accesses(e)
     if len(g_acc) != len(e_acc):
         return None
     for a, b in zip(g_acc, e_acc):
@@ -106,30 +159,40 @@ def _match_instance(g: Definition, e: Expr) -> tuple[Affine, ...] | None:
 
 
 def share_instances(program: Program) -> Program:
+    """Rewrite 1 (module docstring): the earliest matching definition wins, as in program order.
+
+    Linear in the program: each node's shape is computed once, and only the
+    definitions of its shape's bucket are tried there.
+    """
     sizes = program.sizes()
+    shapes = _Shapes()
+    # definitions that may be shared, by the shape of their body, in program order
+    by_shape: dict[int, list[tuple[Definition, list[Access]]]] = {}
     defs: list[Definition] = []
-    for idx, d in enumerate(program.definitions):
-        earlier = [g for g in defs if not isinstance(g.body, (Access, Const, MatrixFn))]
-        if not earlier or d.extents is None or isinstance(d.body, MatrixFn):
-            defs.append(d)
+
+    def offer(g: Definition) -> None:
+        defs.append(g)
+        if isinstance(g.body, (Access, Const, MatrixFn)) or not g.indices or g.extents is None:
+            return
+        by_shape.setdefault(shapes.of(g.body), []).append((g, _accesses(g.body)))
+
+    for d in program.definitions:
+        if not by_shape or d.extents is None or isinstance(d.body, MatrixFn):
+            offer(d)
             continue
-        base = definition_facts(sizes, d.indices, d.extents)
-        heads = {type(g.body) for g in earlier}
+        shapes.of(d.body)
         replace: dict[int, Expr] = {}
         for use_node in postorder(d.body):
-            if type(use_node) not in heads:
-                continue
-            for g in earlier:
-                sigma = _match_instance(g, use_node)
-                if sigma is None or g.extents is None:
-                    continue
-                replace[id(use_node)] = Access(g.name, sigma)
-                break
+            for g, g_acc in by_shape.get(shapes.of(use_node), ()):
+                sigma = _match_instance(g, g_acc, use_node)
+                if sigma is not None:
+                    replace[id(use_node)] = Access(g.name, sigma)
+                    break
         if not replace:
-            defs.append(d)
+            offer(d)
             continue
-        body = _rewrite_checked(program, d.body, replace, base)
-        defs.append(d.with_body(body))
+        base = definition_facts(sizes, d.indices, d.extents)
+        offer(d.with_body(_rewrite_checked(program, d.body, replace, base)))
     return program.with_definitions(defs)
 
 

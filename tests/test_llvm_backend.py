@@ -551,3 +551,69 @@ def test_contract_option_allows_fused_multiply_add():
     y = np.zeros(())
     call(cpu.jit(cpu.optimize(fused)), {"a": a, "b": b, "y": y}, {"n": a.size})
     assert abs(float(y) - float(a @ b)) <= 1e-12 * abs(float(a @ b))
+
+
+# ---------------------------------------------------------------------------
+# Kernel bodies: only their own buffers, shared between kernels equal up to names
+# ---------------------------------------------------------------------------
+
+
+def _chain_program(steps: int, scale: tuple[float, ...] | None = None) -> LoopProgram:
+    """``h1 = tanh(x)``, ``h(k+1)[v] = s_k * tanh(h(k)[v])``: the same kernel on other buffers and loop names."""
+    scale = scale or (2.0,) * steps
+    bufs = [Buffer("x", (n,), "input")] + [Buffer(f"h{q}", (n,), "output") for q in range(1, steps + 1)]
+    kernels = []
+    for q in range(1, steps + 1):
+        src = "x" if q == 1 else f"h{q - 1}"
+        v = f"v{q}"  # a different loop variable in every kernel
+        value = Binary("*", Const(scale[q - 1]), Unary("tanh", x_(src, A.var(v))))
+        kernels.append(Kernel(f"h{q}", (loop(v, ZERO, n - 1, Store(f"h{q}", (A.var(v),), value), parallel=True),)))
+    return program(["n"], bufs, *kernels)
+
+
+def _bodies(text: str) -> dict[str, str]:
+    """Body function name -> its ``define`` line."""
+    return {m.group(1): m.group(0) for m in re.finditer(r'define internal void @"([^"]+\.body)"\(.*', text)}
+
+
+def test_kernel_body_takes_only_the_buffers_it_uses():
+    prog = _chain_program(6, scale=tuple(float(q) for q in range(1, 7)))  # all different: no sharing
+    bodies = _bodies(str(lower_program(prog)))
+    assert len(bodies) == 6
+    # h3 reads h2 and writes h3: two buffers, the size n, part and nparts
+    assert bodies["tcc_2_h3.body"].count("ptr noalias") == 2
+    assert '%"h2"' in bodies["tcc_2_h3.body"] and '%"h3"' in bodies["tcc_2_h3.body"]
+    assert all("alwaysinline" in line for line in bodies.values())
+
+
+def test_kernels_equal_up_to_names_share_one_noinline_body():
+    prog = _chain_program(5)
+    text = str(lower_program(prog))
+    bodies = _bodies(text)
+    # h1 reads the input x: its shape is that of the others, so it is shared too
+    assert list(bodies) == ["tcc_0_h1.body"]
+    assert "noinline" in bodies["tcc_0_h1.body"] and "alwaysinline" not in bodies["tcc_0_h1.body"]
+    assert text.count('call void @"tcc_0_h1.body"') == 5
+    assert text == str(lower_program(prog))  # deterministic
+
+    nn = 37
+    x = np.linspace(-2, 2, nn)
+    arrays = {"x": x, **{f"h{q}": np.zeros(nn) for q in range(1, 6)}}
+    call(build(prog), arrays, {"n": nn})
+    expect = x
+    for q in range(1, 6):
+        expect = 2.0 * np.tanh(expect)
+        np.testing.assert_allclose(arrays[f"h{q}"], expect, rtol=1e-14)  # libm's tanh, not NumPy's
+
+
+def test_kernels_that_differ_in_a_constant_do_not_share():
+    prog = _chain_program(3, scale=(2.0, 3.0, 2.0))
+    bodies = _bodies(str(lower_program(prog)))
+    assert sorted(bodies) == ["tcc_0_h1.body", "tcc_1_h2.body"]
+    assert "noinline" in bodies["tcc_0_h1.body"] and "alwaysinline" in bodies["tcc_1_h2.body"]
+
+    nn = 9
+    x = np.linspace(-1, 1, nn)
+    arrays = {"x": x, "h1": np.zeros(nn), "h2": np.zeros(nn), "h3": np.zeros(nn)}
+    call(build(prog), arrays, {"n": nn})
+    np.testing.assert_allclose(arrays["h3"], 2.0 * np.tanh(3.0 * np.tanh(2.0 * np.tanh(x))), rtol=1e-14)
