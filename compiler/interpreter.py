@@ -158,12 +158,31 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
 }
 
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """IEEE 754 / C99 ``pow`` for every exponent, as compiled code computes it.
+
+    ``np.power`` takes a shortcut through ``sqrt`` when the exponent is a
+    broadcast 0.5 (a constant or a scalar input) but calls ``pow`` when the
+    same 0.5 varies along an axis, and the two disagree exactly at ``-0``
+    (``sqrt`` gives -0, ``pow`` +0) and ``-inf`` (NaN against +inf).  The
+    language's ``x**y`` is ``pow`` wherever it is written, so those two
+    points are set to ``pow``'s values.  (NumPy's other shortcuts -- the
+    exponents -1, 0, 1, 2 -- agree with ``pow``.)
+    """
+    out = np.power(x, y)
+    half = y == 0.5
+    if np.any(half):
+        out = np.where(half & (x == 0), np.zeros((), out.dtype), out)
+        out = np.where(half & (x == -np.inf), np.asarray(np.inf, out.dtype), out)
+    return out
+
+
 _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "+": np.add,
     "-": np.subtract,
     "*": np.multiply,
     "/": np.divide,
-    "**": np.power,
+    "**": _pow,
 }
 
 
