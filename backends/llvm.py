@@ -27,7 +27,8 @@ vectorizer needs no runtime overlap checks.  It also keeps the body free of
 Semantics that matter for correctness
 -------------------------------------
 * Index arithmetic is ``i64``; ``//`` is floor division and ``%`` the
-  non-negative remainder (divisors are positive constants).
+  non-negative remainder (divisors are positive constants).  An index
+  expression that could overflow it is refused (:func:`tcc.sizes.check_index_range`).
 * ``where`` is lazy: its untaken branch may load out of bounds, so it becomes
   branches and a phi unless both sides are load- and call-free.
 * Math follows the NumPy reference interpreter (:mod:`tcc.interpreter`):
@@ -101,6 +102,7 @@ from tcc.diagnostics import TccError
 from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
+from tcc.sizes import check_index_range
 
 __all__ = [
     "LLVMModule",
@@ -776,6 +778,10 @@ class _KernelLowering:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        # The i64 arithmetic below is `nsw`: an overflow would be undefined,
+        # so an expression that could overflow is refused, as the interpreter
+        # refuses it (tcc.sizes: the range of index arithmetic).
+        check_index_range(a, self.where)
         total: ir.Value = ir.Constant(I64, 0)
         for atom, coeff in a.terms:
             v = self.atom(atom, idx)
