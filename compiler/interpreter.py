@@ -158,6 +158,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
 }
 
+
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """IEEE 754 / C99 ``pow`` for every exponent, as compiled code computes it.
 

@@ -120,7 +120,8 @@ def assert_agree(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], 
             )
 
 
-def agree(program: Any, sizes: Mapping[str, int], how: tuple, dtype: str = "float64", target: str = "cpu") -> None:
+def agree(program: Any, sizes: Mapping[str, int], how: tuple, dtype: str = "float64", target: str = "cpu",
+          passes: Any = None) -> None:
     """Compile ``program`` for ``target`` in ``dtype`` and compare it with the interpreter on edge data.
 
     A program the interpreter refuses for these sizes (a negative extent) must
@@ -132,7 +133,7 @@ def agree(program: Any, sizes: Mapping[str, int], how: tuple, dtype: str = "floa
     except ValueError:  # a negative extent: no arrays to make
         assume(False)
     note(f"{target} {dtype} inputs: {inputs!r}")
-    compiled = tcc.compile(program, target, dtype=dtype)
+    compiled = tcc.compile(program, target, dtype=dtype, passes=passes)
     try:
         want = evaluate(inferred, inputs, dtype)
     except TccError as err:
