@@ -27,7 +27,7 @@ import os
 from typing import Any, Mapping
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, note, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, note, settings, strategies as st
 
 import tcc
 from tcc.diagnostics import TccError
@@ -166,8 +166,14 @@ def test_fuzz_programs_and_gradients_on_edge_data(prog: tuple, how: str, data: t
     agree(grad, {}, data)
 
 
+SUMS_OVER_M = ("input x[n], y[m]\nf[i] = sigmoid(x[i]) * tanh(sum[k](y[k]) + 1)\n", ["x", "y"], {"n": 2, "m": 3, "p": 1})
+
+
 @SETTINGS
 @given(inferred_programs(), st.sampled_from(WRAPS), edge_data(), st.dictionaries(st.sampled_from("nmp"), st.integers(0, 2)))
+# every sum empty (m = 0: y has no elements, f has n), and no output at all (n = 0)
+@example(SUMS_OVER_M, "{}", ("moderate", 0.5, 1, 0.5, 0.0), {"n": 2, "m": 0}).via("sizes 0")
+@example(SUMS_OVER_M, "log({})", ("huge", 0.5, 2, 0.5, 0.3), {"n": 0, "m": 1}).via("sizes 0")
 def test_fuzz_symbolic_sizes_zero_and_one(prog: tuple, how: str, data: tuple, small: dict) -> None:
     text, wrt, sizes = prog
     text = wrap(text, how)
