@@ -41,14 +41,18 @@ def _compiled_and_interpreted(src: str, inputs: dict[str, object], target: str, 
 # sign and relu of -0
 
 
+# fn -> its value at -0 and +0 (IEEE sqrt keeps the sign of zero; the others give +0)
+AT_ZEROS = {"sign": (0.0, 0.0), "relu": (0.0, 0.0), "abs": (0.0, 0.0), "sqrt": (-0.0, 0.0)}
+
+
 @pytest.mark.parametrize("target,dtype", TARGETS)
-@pytest.mark.parametrize("fn", ["sign", "relu"])
-def test_sign_and_relu_of_negative_zero_are_positive_zero(fn: str, target: str, dtype: str) -> None:
+@pytest.mark.parametrize("fn", sorted(AT_ZEROS))
+def test_functions_at_signed_zeros(fn: str, target: str, dtype: str) -> None:
     src = f"input x[{len(EDGE)}]\nf[i] = {fn}(x[i])\n"
     got, want = _compiled_and_interpreted(src, {"x": EDGE}, target, dtype)
     _same_bits(got["f"], want["f"])
-    # the language's values: +0 at both zeros, NaN stays NaN
-    assert not np.signbit(want["f"][:2]).any() and (want["f"][:2] == 0).all()
+    # the language's values at -0 and +0; NaN stays NaN
+    _same_bits(want["f"][:2], np.asarray(AT_ZEROS[fn], dtype=dtype))
     assert np.isnan(want["f"][4])
 
 
