@@ -13,8 +13,9 @@ Compiled code (the default CPU pipeline in float64 and float32, and the
 GPU pipeline in the ``cuda-sim`` simulator) must agree with the interpreter
 in the same dtype as docs/language.md ("Edge cases") says: NaN at the same
 places, infinities at the same places with the same sign, and finite values
-within a normwise relative error (the summation order may differ: the CPU
-reassociates reductions).  The sign of a zero result is not compared: it is
+within a normwise error (relative to the largest value, absolute below 1:
+the summation order may differ, since the CPU reassociates reductions, and
+math functions differ by an ulp or two between libm and NumPy).  The sign of a zero result is not compared: it is
 specified for ``sign``, ``relu`` and ``**`` (tests/test_edge_semantics.py)
 but not for sums, whose accumulator starts at +0.
 
@@ -43,7 +44,7 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
 
-#: normwise relative error allowed for finite values, by dtype
+#: normwise error allowed for finite values, by dtype (see assert_agree)
 RTOL = {"float64": 1e-9, "float32": 2e-4}
 
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan]
@@ -112,7 +113,12 @@ def assert_agree(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], 
             r, o = ref[finite].astype(np.float64), out[finite].astype(np.float64)
             scale = float(np.max(np.abs(r)))
             err = np.abs(o - r)
-            tol = RTOL[dtype] * scale + np.finfo(dtype).tiny
+            # relative to the largest value, but never tighter than RTOL
+            # absolute: the math functions of compiled code (libm, tcc's inline
+            # exp) and NumPy's differ by an ulp or two, and cancellation
+            # amplifies that without bound (1 - tanh(10.27)**2, a derivative
+            # of tanh, differs in the 8th digit)
+            tol = RTOL[dtype] * max(scale, 1.0)
             worst = int(np.argmax(err))
             assert err[worst] <= tol, (
                 f"{name}: compiled {o[worst]!r} against interpreter {r[worst]!r} "
