@@ -48,11 +48,12 @@ body per kernel.
 Semantics that matter for correctness
 -------------------------------------
 * Index arithmetic is ``i64``; ``//`` is floor division and ``%`` the
-  non-negative remainder (divisors are positive constants).
+  non-negative remainder (divisors are positive constants).  An index
+  expression that could overflow it is refused (:func:`tcc.sizes.check_index_range`).
 * ``where`` is lazy: its untaken branch may load out of bounds, so it becomes
   branches and a phi unless both sides are load- and call-free.
 * Math follows the NumPy reference interpreter (:mod:`tcc.interpreter`):
-  ``sign(0) = 0``, NaN propagates through ``sign`` and ``relu``, ``sigmoid``
+  ``sign(0) = sign(-0) = relu(-0) = +0``, NaN propagates through ``sign`` and ``relu``, ``sigmoid``
   uses the overflow-free two-sided form.  No fast-math flags, except
   ``reassoc`` on accumulations as ``reassociate`` says (that is what lets
   LLVM vectorize a floating-point reduction; it changes the summation order
@@ -135,6 +136,7 @@ from tcc.ir.loops import (
     stmt_exprs,
     walk_stmts,
 )
+from tcc.sizes import check_index_range
 
 __all__ = [
     "LLVMModule",
@@ -934,6 +936,10 @@ class _KernelLowering:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        # The i64 arithmetic below is `nsw`: an overflow would be undefined,
+        # so an expression that could overflow is refused, as the interpreter
+        # refuses it (tcc.sizes: the range of index arithmetic).
+        check_index_range(a, self.where)
         total: ir.Value = ir.Constant(I64, 0)
         for atom, coeff in a.terms:
             v = self.atom(atom, idx)
@@ -1072,10 +1078,16 @@ class _KernelLowering:
         if op == "abs":
             return self.math("fabs", x)
         if op == "sign":
-            neg = b.select(b.fcmp_ordered("<", x, zero), self.const(-1.0), x)
+            # sign(-0) is +0, as in the interpreter (np.sign): a zero of either
+            # sign compares equal to 0 and is replaced by the constant; NaN
+            # compares false everywhere and passes through.
+            rest = b.select(b.fcmp_ordered("==", x, zero), zero, x)
+            neg = b.select(b.fcmp_ordered("<", x, zero), self.const(-1.0), rest)
             return b.select(b.fcmp_ordered(">", x, zero), one, neg)
-        if op == "relu":  # NaN stays NaN, as np.maximum(x, 0) keeps it
-            return b.select(b.fcmp_ordered("<", x, zero), zero, x)
+        if op == "relu":
+            # relu(-0) is +0 (np.maximum(-0., 0.) is +0): `<=` catches -0 as well;
+            # NaN stays NaN, as np.maximum(x, 0) keeps it.
+            return b.select(b.fcmp_ordered("<=", x, zero), zero, x)
         if op == "sigmoid":  # exp(-|x|) never overflows; the interpreter's form
             e = self.math("exp", b.fneg(self.math("fabs", x)))
             d = b.fadd(one, e)

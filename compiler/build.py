@@ -26,6 +26,8 @@ import numpy as np
 
 from tcc.diagnostics import TccError
 from tcc.pass_base import Level, Pass
+from tcc.ir.program import Program
+from tcc.sizes import check_program_index_ranges
 
 DEFAULT_LOOP_PIPELINE = "infer-ranges,blas,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
 # The GPU maps loops to threads, so it keeps what the CPU pipeline trades away
@@ -165,6 +167,8 @@ def build(
         _refuse_matrix_functions(program)
         require_pycuda()
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
+    if isinstance(program, Program):  # the interpreter refuses the same programs (tcc.sizes)
+        check_program_index_ranges(program)
     key = (str(program), format_pipeline(pipeline), dtype, target)
     hit = None if instruments else _cache_get(key)
     if hit is None:

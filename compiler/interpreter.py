@@ -52,7 +52,7 @@ from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary,
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
 
-from .sizes import as_input_array, bind_sizes, extents_shape
+from .sizes import as_input_array, bind_sizes, check_index_range, check_index_ranges, cond_affines, extents_shape
 
 __all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
 
@@ -158,12 +158,32 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
 }
 
+
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """IEEE 754 / C99 ``pow`` for every exponent, as compiled code computes it.
+
+    ``np.power`` takes a shortcut through ``sqrt`` when the exponent is a
+    broadcast 0.5 (a constant or a scalar input) but calls ``pow`` when the
+    same 0.5 varies along an axis, and the two disagree exactly at ``-0``
+    (``sqrt`` gives -0, ``pow`` +0) and ``-inf`` (NaN against +inf).  The
+    language's ``x**y`` is ``pow`` wherever it is written, so those two
+    points are set to ``pow``'s values.  (NumPy's other shortcuts -- the
+    exponents -1, 0, 1, 2 -- agree with ``pow``.)
+    """
+    out = np.power(x, y)
+    half = y == 0.5
+    if np.any(half):
+        out = np.where(half & (x == 0), np.zeros((), out.dtype), out)
+        out = np.where(half & (x == -np.inf), np.asarray(np.inf, out.dtype), out)
+    return out
+
+
 _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "+": np.add,
     "-": np.subtract,
     "*": np.multiply,
     "/": np.divide,
-    "**": np.power,
+    "**": _pow,
 }
 
 
@@ -193,6 +213,7 @@ class _Evaluator:
         self.zero = np.zeros((), self.dtype)
         self.csums: dict[int, tuple[CSum, Expr]] = {}
         self.shared: set[int] = set()  # ids of nodes with several parents: the ones worth memoising
+        self.checked: set[Affine] = set()  # index expressions whose int64 evaluation is known exact
 
     # -- dispatch -------------------------------------------------------
     def ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> np.ndarray:
@@ -233,12 +254,21 @@ class _Evaluator:
 
     # -- index expressions ------------------------------------------------
     def index(self, e: Affine, sc: _Scope) -> Any:
+        self.check_range(e)
         try:
             return e.evaluate(sc.env)
         except KeyError as exc:
             raise TccError(f"index name '{exc.args[0]}' is not bound in {self.where}") from None
 
+    def check_range(self, e: Affine) -> None:
+        """int64 evaluation of ``e`` is exact (checked once per expression; see tcc.sizes)."""
+        if e not in self.checked:
+            check_index_range(e, self.where)
+            self.checked.add(e)
+
     def cond(self, c: Any, sc: _Scope) -> np.ndarray:
+        for e in cond_affines(c):
+            self.check_range(e)
         try:
             return np.asarray(c.evaluate(sc.env), dtype=bool)
         except KeyError as exc:
@@ -378,9 +408,16 @@ def _shared_nodes(root: Expr) -> set[int]:
 
 
 def _check_ranged(body: Expr, where: str) -> None:
+    """Every sum has a range, and every index expression evaluates exactly in int64.
+
+    The index check covers the whole body before anything runs, not only the
+    points evaluated, so that the interpreter rejects exactly the programs
+    the compiler rejects (an index expression in an empty sum included).
+    """
     for node in postorder(body):
         if isinstance(node, Sum) and not node.has_range:
             raise TccError(f"sum over '{node.var}' in {where} has no range; run infer-ranges first")
+    check_index_ranges(body, where)
 
 
 def evaluate(

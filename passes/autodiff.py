@@ -140,6 +140,36 @@ def _fn(name: str, a: Expr) -> Expr:
 # ---------------------------------------------------------------------------
 
 
+def _one_at_zero(e: Expr) -> Expr:
+    """``e + (1 - abs(sign(e)))``: ``e`` itself, except 1 where ``e`` is (+-)0.
+
+    ``where`` decides on indices only, never on values, so the substitution
+    is arithmetic: ``abs(sign(e))`` is 1 for every nonzero ``e`` (adding the
+    exact 0 leaves ``e`` unchanged), 0 at a zero, and NaN stays NaN.
+    """
+    return Binary("+", e, Binary("-", ONE, _fn("abs", _fn("sign", e))))
+
+
+def _pow_adjoints(x: Expr, y: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
+    """The adjoints of ``x ** y``, exact where the textbook rules give 0 * inf.
+
+    ``d/dx = y * x**(y - 1)``: at ``y = 0`` (``x**0`` is the constant 1) the
+    derivative is 0, but ``0 * 0**-1`` is NaN at ``x = 0``; the exponent is
+    therefore written ``y - abs(sign(y))``, which is ``y - 1`` for every
+    nonzero ``y`` and 0 at ``y = 0``, where ``0 * x**0 = 0``.  ``d/dy = x**y * log(x)``: at ``x = 0``, ``y > 0`` the
+    power is constantly 0 and so is the derivative, but ``0 * log(0)`` is
+    ``0 * -inf = NaN``; the logarithm is taken of ``_one_at_zero(x)``
+    (``log(1) = 0``), as JAX does.  A constant exponent needs neither
+    guard: ``simplify`` folds ``x**0`` to 1 and there is no ``d/dy``.
+    """
+    if isinstance(y, Const):
+        return [(x, _mul(_mul(a, y), _pow(x, Binary("-", y, ONE))))]
+    return [
+        (x, _mul(_mul(a, y), _pow(x, Binary("-", y, _fn("abs", _fn("sign", y)))))),
+        (y, _mul(_mul(a, value), _fn("log", _one_at_zero(x)))),
+    ]
+
+
 def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
     """``[(child, contribution)]``; ``value`` is the node's own value (maybe ``h[α]``)."""
     if isinstance(node, Unary):
@@ -194,10 +224,7 @@ def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
         if node.op == "/":
             return [(x, _div(a, y)), (y, neg(_div(_mul(a, x), _pow(y, Const(2)))))]
         if node.op == "**":
-            out = [(x, _mul(_mul(a, y), _pow(x, Binary("-", y, ONE))))]
-            if not isinstance(y, Const):
-                out.append((y, _mul(_mul(a, value), _fn("log", x))))
-            return out
+            return _pow_adjoints(x, y, a, value)
     if isinstance(node, Where):
         return [(node.then, Where(node.cond, a, ZERO)), (node.other, Where(negate(node.cond), a, ZERO))]
     return []
