@@ -382,39 +382,44 @@ def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
     if not mapping:
         return root
     incoming: set[str] = {n for a in mapping.values() for n in a.names()}
-    return _Substitution(incoming).run(root, dict(mapping))
+    return trampoline(_Substitution(incoming).run(root, dict(mapping)))
 
 
 class _Substitution:
-    """One substitution; memoised per (node, mapping) since inner sums narrow the mapping."""
+    """One substitution; memoised per (node, mapping) since inner sums narrow the mapping.
+
+    Its methods are steps for :func:`trampoline`: substitution reaches every
+    node of a long sum, a tree as deep as it is long.
+    """
 
     def __init__(self, incoming: set[str]) -> None:
         self.incoming = incoming
         self.memo: dict[tuple[int, frozenset], Expr] = {}
 
-    def run(self, node: Expr, mapping: dict[str, Affine]) -> Expr:
-        return self.visit(node, mapping, frozenset(mapping.items()))
+    def run(self, node: Expr, mapping: dict[str, Affine]) -> Step:
+        return (yield self.visit(node, mapping, frozenset(mapping.items())))
 
-    def visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
+    def visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Step:
         hit = self.memo.get((id(node), key))
         if hit is None:
-            hit = self._visit(node, mapping, key)
+            hit = yield self._visit(node, mapping, key)
             self.memo[(id(node), key)] = hit
         return hit
 
-    def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
+    def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Step:
         if isinstance(node, (Const, MatrixFn)):
             return node
         if isinstance(node, Access):
             return Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))
         if isinstance(node, Where):
-            return Where(
-                node.cond.substitute(mapping),
-                self.visit(node.then, mapping, key),
-                self.visit(node.other, mapping, key),
-            )
+            then = yield self.visit(node.then, mapping, key)
+            other = yield self.visit(node.other, mapping, key)
+            return Where(node.cond.substitute(mapping), then, other)
         if isinstance(node, (Unary, Binary)):
-            return rebuild(node, tuple(self.visit(c, mapping, key) for c in node.children()))
+            kids = []
+            for c in node.children():
+                kids.append((yield self.visit(c, mapping, key)))
+            return rebuild(node, tuple(kids))
         if not isinstance(node, (Sum, CSum)):  # pragma: no cover - exhaustive
             raise TypeError(node)
         bound = bound_vars(node)
@@ -431,7 +436,7 @@ class _Substitution:
         renamed = {v: str(body_map[v].terms[0][0]) if v in captured else v for v in bound}
         body = node.children()[0]
         if body_map:
-            body = self.run(body, body_map)
+            body = yield self.run(body, body_map)
         if isinstance(node, Sum):
             return Sum(
                 renamed[node.var],
