@@ -265,22 +265,30 @@ def is_guard(e: Expr) -> bool:
 
 
 def postorder(root: Expr) -> list[Expr]:
-    """Distinct nodes of the DAG, children before parents, deterministic order."""
-    seen: set[int] = set()
+    """Distinct nodes of the DAG, children before parents, deterministic order.
+
+    An explicit stack (a flat sum of n terms is n levels deep).  Nodes are
+    their own set keys: structural equality is identity (hash-consing), and
+    hashing the node is cheaper than calling ``id``.  A ``None`` on the stack
+    means "the node below me is complete".
+    """
+    seen: set[Expr] = set()
     out: list[Expr] = []
-    stack: list[tuple[Expr, bool]] = [(root, False)]
+    stack: list[Expr | None] = [root]
+    pop, push, append, add = stack.pop, stack.append, out.append, seen.add
     while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
+        node = pop()
+        if node is None:
+            append(pop())  # type: ignore[arg-type]
             continue
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
-        stack.append((node, True))
+        add(node)
+        push(node)
+        push(None)
         for c in reversed(node.children()):
-            if id(c) not in seen:
-                stack.append((c, False))
+            if c not in seen:
+                push(c)
     return out
 
 

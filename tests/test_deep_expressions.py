@@ -6,10 +6,11 @@ at about a thousand levels (issue 11, item 9).  Nesting that the *source*
 writes (parentheses, function calls) is bounded by the parser instead and
 reported as a TccError.
 
-Sizes: the parse/print/interpret path runs at the issue's full 100,000 terms
-only where it stays fast; the rest uses sizes well past the old limit
-(about 330 terms for printing and deriving, 1,000 for interpreting) that
-still compile quickly: LLVM's own passes are superlinear in the size of one
+Sizes are well past the old limits
+(about 330 terms for printing and deriving, 1,000 for interpreting) and
+still run in seconds; the issue's 100,000 terms take tens of seconds (the
+parser's constant factor) and are measured in docs/ir.md instead.  Compiled
+sizes stay smaller: LLVM's own passes are superlinear in the size of one
 basic block, which is not what these tests are about.
 """
 from __future__ import annotations
@@ -47,8 +48,9 @@ def left_fold(n: int, x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def test_flat_sum_of_100k_terms_round_trips_and_interprets() -> None:
-    n = 100_000
+def test_flat_sum_of_20k_terms_round_trips_and_interprets() -> None:
+    # 100,000 terms work too (docs/ir.md has the times) but take tens of seconds, mostly parsing
+    n = 20_000
     text = flat_sum(n)
     program = tcc.parse(text)
     printed = str(program)
@@ -135,7 +137,7 @@ def test_deep_source_nesting_is_a_clean_cli_error(tmp_path) -> None:
 
 
 def test_flat_sum_compiles_to_the_interpreters_values() -> None:
-    n = 3_000
+    n = 1_500  # 3,000 levels of + and -
     program = tcc.parse(flat_sum(n, "x[i] * {k} - x[i] / {k}.5"))
     ref = tcc.run(program, {"x": X})["y"]
     out = tcc.compile(program)(x=X)["y"]
