@@ -87,6 +87,17 @@ def test_long_sum_inside_a_sum_infers_ranges_and_interprets() -> None:
     np.testing.assert_allclose(tcc.run(program, {"x": x, "w": w})["y"], ref, rtol=1e-12)
 
 
+def test_long_whole_tensor_expression_parses_and_interprets() -> None:
+    # the whole-tensor front end infers axes and lowers to L1 by walking its own tree
+    n = 5_000
+    program = tcc.parse("input x[4], A[4, 4]\noutput v[4]\nv = " + " + ".join(["A *(ij,j->i) x - x"] * n) + "\n")
+    a = np.arange(16.0).reshape(4, 4)
+    expected = a @ X - X
+    for _ in range(n - 1):
+        expected = expected + a @ X - X
+    np.testing.assert_allclose(tcc.run(program, {"x": X, "A": a})["v"], expected, rtol=1e-12)
+
+
 def test_deep_expression_built_through_the_ir_prints_and_evaluates() -> None:
     # passes build IR directly: 100,000 nested negations never pass through the parser
     e = tcc.parse("input x[4]\ny[i] = x[i]\n").definitions[0].body
