@@ -157,6 +157,18 @@ def test_flat_sum_compiles_to_the_interpreters_values() -> None:
     np.testing.assert_allclose(sim, ref, rtol=1e-13)
 
 
+def test_long_product_in_a_contraction_compiles() -> None:
+    # hoist factors loop-invariant multipliers out of the reduction by flattening the product
+    n = 2_000
+    program = tcc.parse(
+        "input A[3, 4], B[4, 5]\noutput C[3, 5]\nC[i, j] = sum[k](A[i, k] * B[k, j] * " + " * ".join(["1.0001"] * n) + ")\n"
+    )
+    a, b = np.arange(12.0).reshape(3, 4), np.arange(20.0).reshape(4, 5) - 7
+    ref = tcc.run(program, {"A": a, "B": b})["C"]
+    np.testing.assert_allclose(tcc.compile(program)(A=a, B=b)["C"], ref, rtol=1e-12)
+    np.testing.assert_allclose(ref, a @ b * 1.0001**n, rtol=1e-12)
+
+
 def test_gradient_of_a_flat_sum_derives_interprets_and_compiles() -> None:
     n = 3_000
     program = tcc.parse(flat_sum(n, "x[i] ** 2 * {k}"))
