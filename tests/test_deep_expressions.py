@@ -182,6 +182,19 @@ def test_gradient_of_a_flat_sum_derives_interprets_and_compiles() -> None:
     np.testing.assert_allclose(tcc.compile(grad)(x=X, dy=seed)["dx"], got, rtol=1e-12)
 
 
+def test_cse_shares_into_and_out_of_a_long_sum() -> None:
+    # the derivative of exp(long sum) reads the forward value (an instance of y) and
+    # cse gives the repeated factor a temporary: both rewrite the long chain
+    n = 2_000
+    program = tcc.parse("input x[4]\noutput y[4]\ny[i] = exp((" + " + ".join(f"x[i] * {k}" for k in range(n)) + ") / 1e6)\n")
+    grad = tcc.grad(program, of="y", wrt=["x"])
+    assert len(grad.definitions) > 2  # y itself, dx and at least one temporary
+    seed = np.array([1.0, 2.0, -1.0, 0.5])
+    s = n * (n - 1) / 2 / 1e6
+    got = tcc.run(grad, {"x": X, "dy": seed})["dx"]
+    np.testing.assert_allclose(got, seed * np.exp(s * X) * s, rtol=1e-10)
+
+
 def test_cli_derives_and_runs_a_20k_term_sum(tmp_path) -> None:
     n = 20_000
     src = tmp_path / "long.tcc"
