@@ -195,6 +195,20 @@ def test_cse_shares_into_and_out_of_a_long_sum() -> None:
     np.testing.assert_allclose(got, seed * np.exp(s * X) * s, rtol=1e-10)
 
 
+def test_forward_mode_jacobian_of_a_long_sum_in_a_sum_matches_reverse_mode() -> None:
+    # forward mode with delta seeds splits a sum's body into its additive terms
+    n = 2_000
+    body = " + ".join(f"x[i, k] * {m}" for m in range(n))
+    program = tcc.parse(f"input x[3, 4]\noutput y[3]\ny[i] = sum[k]({body})\n")
+    forward = tcc.grad(program, of="y", wrt=["x"], mode="forward", seed="delta")
+    reverse = tcc.grad(program, of="y", wrt=["x"], mode="reverse", seed="delta")
+    x = np.arange(12.0).reshape(3, 4)
+    jf, jr = tcc.run(forward, {"x": x})["dx"], tcc.run(reverse, {"x": x})["dx"]
+    expected = np.einsum("ia,kb->ikab", np.eye(3), np.ones((1, 4)))[:, 0] * (n * (n - 1) / 2)
+    np.testing.assert_allclose(jf, expected, rtol=1e-12)
+    np.testing.assert_allclose(jr, expected, rtol=1e-12)
+
+
 def test_cli_derives_and_runs_a_20k_term_sum(tmp_path) -> None:
     n = 20_000
     src = tmp_path / "long.tcc"
