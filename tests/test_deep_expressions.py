@@ -169,6 +169,20 @@ def test_long_product_in_a_contraction_compiles() -> None:
     np.testing.assert_allclose(ref, a @ b * 1.0001**n, rtol=1e-12)
 
 
+def test_long_product_in_a_matrix_product_goes_to_blas() -> None:
+    # the blas pass splits the contraction's product into the factors of each side
+    from tcc.build import DEFAULT_LOOP_PIPELINE
+
+    n = 2_000
+    program = tcc.parse(
+        "input A[4, 6], B[6, 5]\noutput C[4, 5]\nC[i, j] = sum[k](A[i, k] * B[k, j] * " + " * ".join(["1.0001"] * n) + ")\n"
+    )
+    assert "matmul(" in str(tcc.transform(program, "infer-ranges,blas{min-work=0}"))
+    a, b = np.arange(24.0).reshape(4, 6), np.arange(30.0).reshape(6, 5) - 7
+    out = tcc.compile(program, passes=DEFAULT_LOOP_PIPELINE.replace("blas", "blas{min-work=0}"))(A=a, B=b)["C"]
+    np.testing.assert_allclose(out, a @ b * 1.0001**n, rtol=1e-12)
+
+
 def test_gradient_of_a_flat_sum_derives_interprets_and_compiles() -> None:
     n = 3_000
     program = tcc.parse(flat_sum(n, "x[i] ** 2 * {k}"))
