@@ -108,6 +108,9 @@ def test_deep_expression_built_through_the_ir_prints_and_evaluates() -> None:
     from tcc.interpreter import evaluate_expr
 
     np.testing.assert_array_equal(evaluate_expr(e, {"x": X}, {"i": 4}), X)  # an even number of negations
+    program = tcc.parse("input x[4]\noutput y[4]\ny[i] = x[i]\n")
+    program = program.with_definitions([program.definitions[0].with_body(Unary("neg", e))])
+    np.testing.assert_array_equal(tcc.compile(program)(x=X)["y"], -X)
 
 
 # ---------------------------------------------------------------------------
