@@ -1014,9 +1014,40 @@ class _KernelLowering:
         hit = self.memo.get(("expr", id(e)))
         if hit is not None:
             return hit
+        self.operands_first(e, idx, scalars)
         value = self._expr(e, idx, scalars)
         self.memo.put(("expr", id(e)), value)
         return value
+
+    def operands_first(self, e: Expr, idx: Mapping[str, ir.Value], scalars: Scalars) -> None:
+        """Lower the arithmetic below ``e`` bottom-up, with an explicit stack.
+
+        A flat sum of many terms is a tree as deep as it is long, too deep for
+        the recursive lowering of ``_expr``.  Lowering the operands of ``+``,
+        ``*``, functions, ... first, in the order the recursion would take
+        (left to right, children before parents, each shared node once),
+        leaves ``_expr`` only memo hits one level down, so the instructions
+        are the same and recursion stays shallow.  A ``where`` is lowered as a
+        whole at its place: its branches may have to go in blocks of their own.
+        """
+        seen: set[int] = set()
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            node, ready = stack.pop()
+            if ready:
+                if node is not e:
+                    self.expr(node, idx, scalars)
+                continue
+            if id(node) in seen or (node is not e and self.memo.get(("expr", id(node))) is not None):
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            if isinstance(node, Unary):
+                stack.append((node.operand, False))
+            elif isinstance(node, Binary):
+                if not (node.op == "**" and _small_int(node.rhs) is not None):  # x**n never lowers n
+                    stack.append((node.rhs, False))
+                stack.append((node.lhs, False))
 
     def const(self, v: float) -> ir.Constant:
         return ir.Constant(self.elt, float(v))

@@ -564,7 +564,6 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
     parser = build_parser()
     session = _Session()
     try:

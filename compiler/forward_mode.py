@@ -64,6 +64,7 @@ from tcc.ir.expr import (
     CSum,
     Expr,
     MatrixFn,
+    Step,
     Sum,
     Unary,
     Where,
@@ -74,6 +75,7 @@ from tcc.ir.expr import (
     neg,
     postorder,
     rebuild,
+    trampoline,
 )
 from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.program import Definition, Program, TensorDecl
@@ -122,24 +124,28 @@ class _Lifter:
         self.memo: dict[int, tuple[Expr, Expr]] = {}
 
     def __call__(self, e: Expr) -> Expr:
+        return trampoline(self.step(e))
+
+    # ``step`` and ``_lift`` are trampoline steps: a long product is a deep tree
+    def step(self, e: Expr) -> Step:
         hit = self.memo.get(id(e))
         if hit is None:
-            hit = (e, self._lift(e))
+            hit = (e, (yield self._lift(e)))
             self.memo[id(e)] = hit
         return hit[1]
 
-    def _lift(self, e: Expr) -> Expr:
+    def _lift(self, e: Expr) -> Step:
         if isinstance(e, Unary) and e.op == "neg":
-            u = self(e.operand)
+            u = yield self.step(e.operand)
             if is_guard(u):
-                return Where(u.cond, self(neg(u.then)), ZERO)
+                return Where(u.cond, (yield self.step(neg(u.then))), ZERO)
             return neg(u) if u is not e.operand else e
         if isinstance(e, Binary) and e.op in ("*", "/"):
-            a = self(e.lhs)
-            b = self(e.rhs) if e.op == "*" else e.rhs
+            a = yield self.step(e.lhs)
+            b = (yield self.step(e.rhs)) if e.op == "*" else e.rhs
             if is_guard(a) or is_guard(b):
                 if e.op == "/":
-                    return Where(a.cond, self(_div(a.then, b)), ZERO)
+                    return Where(a.cond, (yield self.step(_div(a.then, b))), ZERO)
                 return _mul(a, b)  # keeps the guards outermost
             return e if (a is e.lhs and b is e.rhs) else Binary(e.op, a, b)
         return e
@@ -308,23 +314,35 @@ class _Forward:
         if not self.delta:
             return rebuild(node, (body_tangent,))
         out: Expr | None = None
-        for term in self.terms(body_tangent):
+        for term in trampoline(self.terms(body_tangent)):
             out = _add(out, self.sum_term(node, term))
         assert out is not None
         return out
 
-    def terms(self, e: Expr) -> list[Expr]:
+    def terms(self, e: Expr) -> Step:
+        """The additive terms of ``e``, in order: a trampoline step, since a long
+        sum is a deep tree.  Each step returns a new list, so a parent may
+        extend its left operand's list in place (linear, not quadratic, in the
+        number of terms)."""
         if isinstance(e, Binary) and e.op == "+":
-            return self.terms(e.lhs) + self.terms(e.rhs)
+            left = yield self.terms(e.lhs)
+            left.extend((yield self.terms(e.rhs)))
+            return left
         if isinstance(e, Binary) and e.op == "-":
-            return self.terms(e.lhs) + [_negated(t) for t in self.terms(e.rhs)]
+            left = yield self.terms(e.lhs)
+            right = yield self.terms(e.rhs)
+            left.extend(_negated(t) for t in right)
+            return left
         if isinstance(e, Unary) and e.op == "neg":
-            return [_negated(t) for t in self.terms(e.operand)]
+            inner = yield self.terms(e.operand)
+            return [_negated(t) for t in inner]
         if isinstance(e, Where) and not (is_zero(e.then) and is_zero(e.other)):
             # where(c, a, b) = where(c, a, 0) + where(not c, b, 0), each guard over a's (b's) terms
-            out = [Where(e.cond, t, ZERO) for t in ([] if is_zero(e.then) else self.terms(e.then))]
+            then = [] if is_zero(e.then) else (yield self.terms(e.then))
+            out = [Where(e.cond, t, ZERO) for t in then]
             if not is_zero(e.other):
-                out += [Where(negate(e.cond), t, ZERO) for t in self.terms(e.other)]
+                other = yield self.terms(e.other)
+                out += [Where(negate(e.cond), t, ZERO) for t in other]
             return out
         return [self.lift(e)]
 

@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tcc.diagnostics import TccError
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where, postorder
+from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
 
@@ -216,18 +216,24 @@ class _Evaluator:
         self.checked: set[Affine] = set()  # index expressions whose int64 evaluation is known exact
 
     # -- dispatch -------------------------------------------------------
+    # Evaluation steps are generators run by ``trampoline``: a step yields the
+    # steps of the children it needs instead of calling them, so a flat sum
+    # of 100,000 terms (a tree 100,000 levels deep) needs no deep recursion.
     def ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        return trampoline(self.step(node, sc, active))
+
+    def step(self, node: Expr, sc: _Scope, active: np.ndarray) -> Step:
         if id(node) not in self.shared:
-            return self._ev(node, sc, active)
+            return (yield self._ev(node, sc, active))
         key = (id(node), id(active))
         hit = sc.memo.get(key)
         if hit is not None:
             return hit[1]
-        value = self._ev(node, sc, active)
+        value = yield self._ev(node, sc, active)
         sc.memo[key] = (active, value)  # keeping `active` alive keeps its id unique
         return value
 
-    def _ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> np.ndarray:
+    def _ev(self, node: Expr, sc: _Scope, active: np.ndarray) -> Step:
         if isinstance(node, Const):
             return np.asarray(node.value, dtype=self.dtype)
         if isinstance(node, Access):
@@ -236,18 +242,20 @@ class _Evaluator:
             fn = _UNARY.get(node.op)
             if fn is None:
                 raise TccError(f"unknown function '{node.op}' in {self.where}")
-            return np.asarray(fn(self.ev(node.operand, sc, active)), dtype=self.dtype)
+            return np.asarray(fn((yield self.step(node.operand, sc, active))), dtype=self.dtype)
         if isinstance(node, Binary):
             fn = _BINARY.get(node.op)
             if fn is None:
                 raise TccError(f"unknown operator '{node.op}' in {self.where}")
-            return np.asarray(fn(self.ev(node.lhs, sc, active), self.ev(node.rhs, sc, active)), dtype=self.dtype)
+            lhs = yield self.step(node.lhs, sc, active)
+            rhs = yield self.step(node.rhs, sc, active)
+            return np.asarray(fn(lhs, rhs), dtype=self.dtype)
         if isinstance(node, Where):
-            return self.where_(node, sc, active)
+            return (yield self.where_(node, sc, active))
         if isinstance(node, Sum):
-            return self.sum(node, sc, active)
+            return (yield self.sum(node, sc, active))
         if isinstance(node, CSum):
-            return self.ev(self.lower_csum(node), sc, active)
+            return (yield self.step(self.lower_csum(node), sc, active))
         if isinstance(node, MatrixFn):
             raise TccError(f"{node} in {self.where} is not element-wise: only a whole definition can be one")
         raise TypeError(f"cannot evaluate {type(node).__name__}")
@@ -315,7 +323,7 @@ class _Evaluator:
             f"at {point or 'the scalar point'}" + (f" (sizes {sizes})" if sizes else "")
         )
 
-    def where_(self, node: Where, sc: _Scope, active: np.ndarray) -> np.ndarray:
+    def where_(self, node: Where, sc: _Scope, active: np.ndarray) -> Step:
         c = self.cond(node.cond, sc)
         on = active & c
         off = active & ~c
@@ -323,12 +331,14 @@ class _Evaluator:
         # When one branch has no active lane, the other one's active lanes
         # are exactly `active`: reuse it (more memo hits, same checks).
         if not any_off:
-            return self.ev(node.then, sc, active) if any_on else self.zero
+            return (yield self.step(node.then, sc, active)) if any_on else self.zero
         if not any_on:
-            return self.ev(node.other, sc, active)
-        return np.where(c, self.ev(node.then, sc, on), self.ev(node.other, sc, off))
+            return (yield self.step(node.other, sc, active))
+        then = yield self.step(node.then, sc, on)
+        other = yield self.step(node.other, sc, off)
+        return np.where(c, then, other)
 
-    def sum(self, node: Sum, sc: _Scope, active: np.ndarray) -> np.ndarray:
+    def sum(self, node: Sum, sc: _Scope, active: np.ndarray) -> Step:
         if not node.has_range:
             raise TccError(f"sum over '{node.var}' in {self.where} has no range; run infer-ranges first")
         lo = self.index(node.lo[0], sc)
@@ -355,7 +365,7 @@ class _Evaluator:
             if not act.any():
                 continue
             inner = _Scope({**sc.env, node.var: lo + t}, (t.shape[0],) + sc.shape)
-            body = self.ev(node.body, inner, act)
+            body = yield self.step(node.body, inner, act)
             part = np.where(act, body, self.zero).sum(axis=0, dtype=self.dtype)
             total = part if total is None else total + part
         return self.zero if total is None else total

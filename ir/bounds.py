@@ -29,26 +29,28 @@ class Use:
 
 
 def uses(body: Expr) -> Iterator[Use]:
-    """Every access occurrence (a tree walk: positions matter for facts)."""
-    seen: set = set()
+    """Every access occurrence (a tree walk: positions matter for facts).
 
-    def rec(e: Expr, scopes: tuple, conds: tuple) -> Iterator[Use]:
+    An explicit stack, in the order of a recursive left-to-right walk: a flat
+    sum of many terms is a tree as deep as it is long.
+    """
+    seen: set = set()
+    stack: list[tuple[Expr, tuple, tuple]] = [(body, (), ())]
+    while stack:
+        e, scopes, conds = stack.pop()
         key = (id(e), scopes, conds)
         if key in seen:
-            return
+            continue
         seen.add(key)
         if isinstance(e, Access):
             yield Use(e, scopes, conds)
         elif isinstance(e, Where):
-            yield from rec(e.then, scopes, conds + ((e.cond, True),))
-            yield from rec(e.other, scopes, conds + ((e.cond, False),))
+            stack.append((e.other, scopes, conds + ((e.cond, False),)))
+            stack.append((e.then, scopes, conds + ((e.cond, True),)))
         elif isinstance(e, (Sum, CSum)):
-            yield from rec(e.children()[0], scopes + (e,), conds)
+            stack.append((e.children()[0], scopes + (e,), conds))
         else:
-            for c in e.children():
-                yield from rec(c, scopes, conds)
-
-    yield from rec(body, (), ())
+            stack.extend((c, scopes, conds) for c in reversed(e.children()))
 
 
 def facts_at(base: Facts, use: Use) -> Facts:

@@ -42,10 +42,12 @@ from .expr import (
     Const,
     Expr,
     MatrixFn,
+    Step,
     Sum,
     Unary,
     Where,
     fresh_name,
+    trampoline,
 )
 from .index import Affine, And, Compare
 from .lexer import Token
@@ -365,7 +367,7 @@ class TensorExprParser:
             self.tensor_axes[name] = axes
         return axes
 
-    def infer(self, n: TNode) -> None:
+    def infer(self, n: TNode) -> Step:
         """Give ``n`` and its subtree their axes (bottom-up orders, unified lengths)."""
         ax = self.ax
         if isinstance(n, TRef):
@@ -380,12 +382,12 @@ class TensorExprParser:
             n.axes = lo + hi
         elif isinstance(n, TUnary):
             assert n.arg is not None
-            self.infer(n.arg)
+            yield self.infer(n.arg)
             n.axes = n.arg.axes
         elif isinstance(n, TBinary):
             assert n.lhs is not None and n.rhs is not None
-            self.infer(n.lhs)
-            self.infer(n.rhs)
+            yield self.infer(n.lhs)
+            yield self.infer(n.rhs)
             la, ra = n.lhs.axes, n.rhs.axes
             op = n.op
             if la and ra:
@@ -403,10 +405,10 @@ class TensorExprParser:
             else:
                 n.axes = None if la is None and ra is None else []
         elif isinstance(n, TProduct):
-            self.infer_product(n)
+            yield self.infer_product(n)
         elif isinstance(n, TMatrix):
             assert n.arg is not None
-            self.infer(n.arg)
+            yield self.infer(n.arg)
             a = n.arg.axes
             if a is None or len(a) != 2:
                 order = 0 if a is None else len(a)
@@ -416,10 +418,10 @@ class TensorExprParser:
         else:  # pragma: no cover - closed set
             raise TypeError(n)
 
-    def infer_product(self, n: TProduct) -> None:
+    def infer_product(self, n: TProduct) -> Step:
         assert n.lhs is not None and n.rhs is not None
-        self.infer(n.lhs)
-        self.infer(n.rhs)
+        yield self.infer(n.lhs)
+        yield self.infer(n.rhs)
         s1, s2, s3 = n.specs
         l_order = None if n.lhs.axes is None else len(n.lhs.axes)
         r_order = None if n.rhs.axes is None else len(n.rhs.axes)
@@ -490,7 +492,7 @@ class TensorExprParser:
         arg = self.fresh(f"{result}_arg")
         idx = self.index_names(2)
         ext = tuple(self.length(a, n.tok, f"the argument of {n.fn}") for a in n.arg.axes)
-        body = self.lower(n.arg, tuple(Affine.var(i) for i in idx), set(idx))
+        body = trampoline(self.lower(n.arg, tuple(Affine.var(i) for i in idx), set(idx)))
         self.outlined.append(Definition(arg, tuple(idx), body, ext, n.tok.loc))
         self.orders[arg] = 2
         self.extents[arg] = ext
@@ -511,7 +513,7 @@ class TensorExprParser:
         self.orders[n.name] = len(d.indices)
         self.extents[n.name] = d.extents
 
-    def lower(self, n: TNode, idx: tuple[Affine, ...], scope: set[str]) -> Expr:
+    def lower(self, n: TNode, idx: tuple[Affine, ...], scope: set[str]) -> Step:
         """The element ``n[idx]`` as an L1 expression; ``scope``: index names in use around it."""
         if isinstance(n, TRef):
             node: Expr = Access(n.name, idx if n.axes else ())
@@ -526,11 +528,11 @@ class TensorExprParser:
             return Where(eqs[0] if len(eqs) == 1 else And(tuple(eqs)), ONE, ZERO)
         if isinstance(n, TUnary):
             assert n.arg is not None
-            return Unary(n.op, self.lower(n.arg, idx, scope))
+            return Unary(n.op, (yield self.lower(n.arg, idx, scope)))
         if isinstance(n, TBinary):
             assert n.lhs is not None and n.rhs is not None
-            lhs = self.lower(n.lhs, idx if n.lhs.axes else (), scope)
-            rhs = self.lower(n.rhs, idx if n.rhs.axes else (), scope)
+            lhs = yield self.lower(n.lhs, idx if n.lhs.axes else (), scope)
+            rhs = yield self.lower(n.rhs, idx if n.rhs.axes else (), scope)
             return Binary(n.op, lhs, rhs)
         if isinstance(n, TMatrix):
             assert n.name
@@ -547,8 +549,8 @@ class TensorExprParser:
             names.append(v)
             letters[c] = Affine.var(v)
         inner = scope | set(names)
-        lhs = self.lower(n.lhs, tuple(letters[c] for c in s1), inner)
-        rhs = self.lower(n.rhs, tuple(letters[c] for c in s2), inner)
+        lhs = yield self.lower(n.lhs, tuple(letters[c] for c in s1), inner)
+        rhs = yield self.lower(n.rhs, tuple(letters[c] for c in s2), inner)
         body: Expr
         if isinstance(lhs, Const) and lhs.value == 1:
             body = rhs
@@ -562,11 +564,11 @@ class TensorExprParser:
             body = Sum(v, (Affine.constant(0),), (hi,), body)
         return body
 
-    def matrices(self, n: TNode, result: str) -> None:
+    def matrices(self, n: TNode, result: str) -> Step:
         """Outline every matrix function, innermost first."""
         for c in (getattr(n, "arg", None), getattr(n, "lhs", None), getattr(n, "rhs", None)):
             if c is not None:
-                self.matrices(c, result)
+                yield self.matrices(c, result)
         if isinstance(n, TMatrix):
             self.outline(n, result)
 
@@ -574,17 +576,17 @@ class TensorExprParser:
     def definition(self, name: str, tok: Token) -> tuple[list[Definition], Definition]:
         """Parse the right-hand side of ``name = ...``: (outlined definitions, the definition)."""
         root = self.expr()
-        self.infer(root)
+        trampoline(self.infer(root))
         if isinstance(root, TMatrix):
             # `d = det(A + 1)`: the definition is the matrix function itself
             assert root.arg is not None
-            self.matrices(root.arg, name)
+            trampoline(self.matrices(root.arg, name))
             return self.outlined, self.matrix_definition(root, name)
-        self.matrices(root, name)
+        trampoline(self.matrices(root, name))
         axes = root.axes or []
         ext = tuple(self.length(a, tok, f"axis {k + 1} of '{name}'") for k, a in enumerate(axes))
         idx = self.index_names(len(axes))
-        body = self.lower(root, tuple(Affine.var(i) for i in idx), set(idx))
+        body = trampoline(self.lower(root, tuple(Affine.var(i) for i in idx), set(idx)))
         return self.outlined, Definition(name, tuple(idx), body, ext, tok.loc)
 
     def sizes(self, extents: Sequence[Affine]) -> tuple[Affine, ...]:

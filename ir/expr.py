@@ -11,7 +11,7 @@ printer shows, and ``simplify`` is an explicit, dumpable step.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping
 
 from .index import Affine, Cond, conjuncts
 
@@ -265,22 +265,30 @@ def is_guard(e: Expr) -> bool:
 
 
 def postorder(root: Expr) -> list[Expr]:
-    """Distinct nodes of the DAG, children before parents, deterministic order."""
-    seen: set[int] = set()
+    """Distinct nodes of the DAG, children before parents, deterministic order.
+
+    An explicit stack (a flat sum of n terms is n levels deep).  Nodes are
+    their own set keys: structural equality is identity (hash-consing), and
+    hashing the node is cheaper than calling ``id``.  A ``None`` on the stack
+    means "the node below me is complete".
+    """
+    seen: set[Expr] = set()
     out: list[Expr] = []
-    stack: list[tuple[Expr, bool]] = [(root, False)]
+    stack: list[Expr | None] = [root]
+    pop, push, append, add = stack.pop, stack.append, out.append, seen.add
     while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
+        node = pop()
+        if node is None:
+            append(pop())  # type: ignore[arg-type]
             continue
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
-        stack.append((node, True))
+        add(node)
+        push(node)
+        push(None)
         for c in reversed(node.children()):
-            if id(c) not in seen:
-                stack.append((c, False))
+            if c not in seen:
+                push(c)
     return out
 
 
@@ -382,39 +390,44 @@ def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
     if not mapping:
         return root
     incoming: set[str] = {n for a in mapping.values() for n in a.names()}
-    return _Substitution(incoming).run(root, dict(mapping))
+    return trampoline(_Substitution(incoming).run(root, dict(mapping)))
 
 
 class _Substitution:
-    """One substitution; memoised per (node, mapping) since inner sums narrow the mapping."""
+    """One substitution; memoised per (node, mapping) since inner sums narrow the mapping.
+
+    Its methods are steps for :func:`trampoline`: substitution reaches every
+    node of a long sum, a tree as deep as it is long.
+    """
 
     def __init__(self, incoming: set[str]) -> None:
         self.incoming = incoming
         self.memo: dict[tuple[int, frozenset], Expr] = {}
 
-    def run(self, node: Expr, mapping: dict[str, Affine]) -> Expr:
-        return self.visit(node, mapping, frozenset(mapping.items()))
+    def run(self, node: Expr, mapping: dict[str, Affine]) -> Step:
+        return (yield self.visit(node, mapping, frozenset(mapping.items())))
 
-    def visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
+    def visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Step:
         hit = self.memo.get((id(node), key))
         if hit is None:
-            hit = self._visit(node, mapping, key)
+            hit = yield self._visit(node, mapping, key)
             self.memo[(id(node), key)] = hit
         return hit
 
-    def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Expr:
+    def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Step:
         if isinstance(node, (Const, MatrixFn)):
             return node
         if isinstance(node, Access):
             return Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))
         if isinstance(node, Where):
-            return Where(
-                node.cond.substitute(mapping),
-                self.visit(node.then, mapping, key),
-                self.visit(node.other, mapping, key),
-            )
+            then = yield self.visit(node.then, mapping, key)
+            other = yield self.visit(node.other, mapping, key)
+            return Where(node.cond.substitute(mapping), then, other)
         if isinstance(node, (Unary, Binary)):
-            return rebuild(node, tuple(self.visit(c, mapping, key) for c in node.children()))
+            kids = []
+            for c in node.children():
+                kids.append((yield self.visit(c, mapping, key)))
+            return rebuild(node, tuple(kids))
         if not isinstance(node, (Sum, CSum)):  # pragma: no cover - exhaustive
             raise TypeError(node)
         bound = bound_vars(node)
@@ -431,7 +444,7 @@ class _Substitution:
         renamed = {v: str(body_map[v].terms[0][0]) if v in captured else v for v in bound}
         body = node.children()[0]
         if body_map:
-            body = self.run(body, body_map)
+            body = yield self.run(body, body_map)
         if isinstance(node, Sum):
             return Sum(
                 renamed[node.var],
@@ -458,3 +471,49 @@ def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
 
 def where_conjuncts(e: Where) -> tuple[Cond, ...]:
     return conjuncts(e.cond)
+
+
+# ---------------------------------------------------------------------------
+# Deep trees without deep recursion
+# ---------------------------------------------------------------------------
+
+#: A visitor step: a generator that yields the sub-steps whose results it
+#: needs (each one is sent back as the value of its ``yield``) and returns
+#: its own result.
+Step = Generator["Step", Any, Any]
+
+
+def trampoline(step: Step) -> Any:
+    """Run a visitor written as generators, with an explicit stack.
+
+    A flat sum of n terms is a left-deep tree n levels deep, and passes build
+    chains as long (an adjoint collects one term per use of a tensor), so a
+    recursive visitor overflows Python's stack (about 1,000 frames) or,
+    with the limit raised, the C stack.  Written as generators, a visitor
+    keeps its recursive shape: where it would call ``self.visit(child)`` it
+    writes ``yield self.visit(child)``, and this loop, not the interpreter's
+    stack, holds the pending frames.  Exceptions travel back up through the
+    generators as if they were ordinary calls, so ``try``/``finally`` in a
+    step still runs.  (A step must not ``yield from`` another: delegation
+    nests C frames again.)
+    """
+    stack: list[Step] = [step]
+    value: Any = None
+    error: BaseException | None = None
+    while stack:
+        top = stack[-1]
+        try:
+            request = top.throw(error) if error is not None else top.send(value)
+        except StopIteration as done:
+            stack.pop()
+            value, error = done.value, None
+            continue
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's step, or below
+            stack.pop()
+            if not stack:
+                raise
+            value, error = None, exc
+            continue
+        stack.append(request)
+        value, error = None, None
+    return value

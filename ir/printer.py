@@ -8,6 +8,8 @@ operator is parenthesised at equal precedence, because ``a + (b + c)`` and
 """
 from __future__ import annotations
 
+from typing import Tuple, Union
+
 from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where
 from .index import Affine, And, Compare, Cond, Not, Or, format_affine
 
@@ -39,45 +41,70 @@ def _bounds(items: tuple[Affine, ...], fn: str) -> str:
     return f"{fn}({', '.join(format_affine(a) for a in items)})"
 
 
+#: What the printer's work stack holds: text to write, or a node to print
+#: with the precedence its position requires.
+_Item = Union[str, Tuple[Expr, int]]
+
+
 class _Printer:
+    """Prints expressions with an explicit work stack, never by recursion.
+
+    A flat sum of 100,000 terms is a left-deep tree 100,000 levels deep, and
+    passes build such chains too (an adjoint accumulates one term per use):
+    a recursive printer overflows Python's stack at a few hundred levels.
+    The text is written piece by piece into one list, so printing costs time
+    linear in its length; caching each node's whole string, as a recursive
+    printer naturally does, would copy every prefix of a long chain and be
+    quadratic.  Only leaves (accesses, constants) are cached: they repeat.
+    """
+
     def __init__(self) -> None:
-        self.memo: dict[int, str] = {}
+        self.leaves: dict[int, str] = {}
 
     def expr(self, e: Expr) -> str:
-        hit = self.memo.get(id(e))
-        if hit is None:
-            hit = self._expr(e)
-            self.memo[id(e)] = hit
-        return hit
+        return self._write([(e, 0)])
 
     def wrap(self, e: Expr, min_level: int) -> str:
-        s = self.expr(e)
-        return f"({s})" if _level(e) < min_level else s
+        return self._write([(e, min_level)])
 
-    def _expr(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return format_const(e.value)
-        if isinstance(e, Access):
-            if not e.indices:
-                return e.tensor
-            return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
-        if isinstance(e, MatrixFn):
-            return f"{e.fn}({', '.join(e.args)})"
+    def _write(self, stack: list[_Item]) -> str:
+        out: list[str] = []
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                out.append(item)
+                continue
+            e, min_level = item
+            if isinstance(e, (Const, Access, MatrixFn)):
+                text = self.leaves.get(id(e))
+                if text is None:
+                    text = self.leaves[id(e)] = _leaf(e)
+                out.append(f"({text})" if _level(e) < min_level else text)
+                continue
+            pieces = self._pieces(e)
+            if _level(e) < min_level:
+                pieces = ["(", *pieces, ")"]
+            stack.extend(reversed(pieces))
+        return "".join(out)
+
+    @staticmethod
+    def _pieces(e: Expr) -> list[_Item]:
+        """The node's text, with its operands left as (node, precedence) items."""
         if isinstance(e, Unary):
             if e.op == "neg":
                 if isinstance(e.operand, Const):
                     # "-3" is the literal Const(-3); keep the negation visible
-                    return f"-({self.expr(e.operand)})"
-                return "-" + self.wrap(e.operand, _POW)
-            return f"{e.op}({self.expr(e.operand)})"
+                    return ["-(", (e.operand, 0), ")"]
+                return ["-", (e.operand, _POW)]
+            return [f"{e.op}(", (e.operand, 0), ")"]
         if isinstance(e, Binary):
             lvl = _BIN_LEVEL[e.op]
             if e.op == "**":
                 # right-associative; the exponent may be a unary minus expression
-                return f"{self.wrap(e.lhs, _ATOM)}**{self.wrap(e.rhs, _UNARY)}"
-            return f"{self.wrap(e.lhs, lvl)} {e.op} {self.wrap(e.rhs, lvl + 1)}"
+                return [(e.lhs, _ATOM), "**", (e.rhs, _UNARY)]
+            return [(e.lhs, lvl), f" {e.op} ", (e.rhs, lvl + 1)]
         if isinstance(e, Where):
-            return f"where({format_cond(e.cond)}, {self.expr(e.then)}, {self.expr(e.other)})"
+            return [f"where({format_cond(e.cond)}, ", (e.then, 0), ", ", (e.other, 0), ")"]
         if isinstance(e, Sum):
             heads = []
             node: Expr = e
@@ -90,11 +117,22 @@ class _Printer:
                 # only merge a chain where every link has a range or none has
                 if isinstance(node, Sum) and node.has_range != e.has_range:
                     break
-            return f"sum[{', '.join(heads)}]({self.expr(node)})"
+            return [f"sum[{', '.join(heads)}](", (node, 0), ")"]
         if isinstance(e, CSum):
             cons = ", ".join(format_cond(c, _AND_LEVEL + 1) for c in e.constraints)
-            return f"sum[{', '.join(e.vars)} | {cons}]({self.expr(e.body)})"
+            return [f"sum[{', '.join(e.vars)} | {cons}](", (e.body, 0), ")"]
         raise TypeError(f"cannot print {type(e).__name__}")
+
+
+def _leaf(e: Expr) -> str:
+    if isinstance(e, Const):
+        return format_const(e.value)
+    if isinstance(e, Access):
+        if not e.indices:
+            return e.tensor
+        return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
+    assert isinstance(e, MatrixFn)
+    return f"{e.fn}({', '.join(e.args)})"
 
 
 _OR_LEVEL, _AND_LEVEL, _NOT_LEVEL, _CMP_LEVEL = 1, 2, 3, 4

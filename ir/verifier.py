@@ -118,48 +118,51 @@ class _Verifier:
         matrix_extents(self.p, d)
 
     def expr(self, e: Expr, d: Definition, scope: set[str], defined: set[str], memo: dict) -> None:
-        key = (id(e), frozenset(scope))
-        if key in memo:
-            return
-        memo[key] = True
-        loc = self.p.loc_of(e) or d.loc
-        if isinstance(e, MatrixFn):
-            raise self.error(
-                f"{e} is not element-wise: it can only be the whole body of a definition", loc
-            )
-        if isinstance(e, Access):
-            self.access(e, d, scope, defined, loc)
-            return
-        if isinstance(e, Where):
-            self.names(e.cond.names(), scope, loc, "condition of where")
-            self.expr(e.then, d, scope, defined, memo)
-            self.expr(e.other, d, scope, defined, memo)
-            return
-        if isinstance(e, Sum):
-            if e.var in scope:
-                raise self.error(f"sum index '{e.var}' shadows an enclosing index", loc)
-            for b in e.lo + e.hi:
-                self.names(b.names(), scope, loc, f"bounds of sum[{e.var}]")
-            self.expr(e.body, d, scope | {e.var}, defined, memo)
-            return
-        if isinstance(e, CSum):
-            for v in e.vars:
-                if v in scope:
-                    raise self.error(f"sum index '{v}' shadows an enclosing index", loc)
-            inner = scope | set(e.vars)
-            for c in e.constraints:
-                self.names(c.names(), inner, loc, "constraints of sum")
-            self.expr(e.body, d, inner, defined, memo)
-            return
-        for c in e.children():
-            self.expr(c, d, scope, defined, memo)
+        """Checks each (node, scope) once, in the order a recursive walk would.
 
-    def names(self, names: tuple[str, ...], scope: set[str], loc: Loc | None, where: str) -> None:
+        An explicit stack, not recursion: a flat sum of many terms is a tree
+        as deep as it is long.  Children are pushed in reverse so that the
+        first error reported is the leftmost one, as in the source.
+        """
+        stack: list[tuple[Expr, frozenset[str]]] = [(e, frozenset(scope))]
+        while stack:
+            node, here = stack.pop()
+            key = (id(node), here)
+            if key in memo:
+                continue
+            memo[key] = True
+            inner = here
+            loc = self.p.loc_of(node) or d.loc
+            if isinstance(node, MatrixFn):
+                raise self.error(
+                    f"{node} is not element-wise: it can only be the whole body of a definition", loc
+                )
+            if isinstance(node, Access):
+                self.access(node, d, here, defined, loc)
+                continue
+            if isinstance(node, Where):
+                self.names(node.cond.names(), here, loc, "condition of where")
+            elif isinstance(node, Sum):
+                if node.var in here:
+                    raise self.error(f"sum index '{node.var}' shadows an enclosing index", loc)
+                for b in node.lo + node.hi:
+                    self.names(b.names(), here, loc, f"bounds of sum[{node.var}]")
+                inner = here | {node.var}
+            elif isinstance(node, CSum):
+                for v in node.vars:
+                    if v in here:
+                        raise self.error(f"sum index '{v}' shadows an enclosing index", loc)
+                inner = here | set(node.vars)
+                for c in node.constraints:
+                    self.names(c.names(), inner, loc, "constraints of sum")
+            stack.extend((c, inner) for c in reversed(node.children()))
+
+    def names(self, names: tuple[str, ...], scope: set[str] | frozenset[str], loc: Loc | None, where: str) -> None:
         for n in names:
             if n not in scope and n not in self.sizes:
                 raise self.error(f"unbound index '{n}' in {where}", loc)
 
-    def access(self, e: Access, d: Definition, scope: set[str], defined: set[str], loc: Loc | None) -> None:
+    def access(self, e: Access, d: Definition, scope: set[str] | frozenset[str], defined: set[str], loc: Loc | None) -> None:
         text = str(e)
         name = e.tensor
         if name not in defined:

@@ -90,23 +90,32 @@ def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[
     quotient is split only if it mixes ``a`` and ``b``; with ``keep_sums`` a
     ``sum`` (the contraction itself) is one factor.
     """
-    if isinstance(e, Binary) and e.op == "*":
-        negated = _factors(e.lhs, sizes, a, b, negated, out, keep_sums)
-        return _factors(e.rhs, sizes, a, b, negated, out, keep_sums)
-    if isinstance(e, Unary) and e.op == "neg":
-        return _factors(e.operand, sizes, a, b, not negated, out, keep_sums)
-    names = set(free_names(e)) - sizes
-    if not ({a, b} <= names) or (keep_sums and isinstance(e, Sum)):
-        out.append(e)
-        return negated
-    if isinstance(e, Binary) and e.op == "/":
-        den = set(free_names(e.rhs)) - sizes
-        if {a, b} <= den:
-            raise _NoMatch
-        negated = _factors(e.lhs, sizes, a, b, negated, out, keep_sums)
-        out.append(Binary("/", ONE, e.rhs))
-        return negated
-    raise _NoMatch
+    # Left to right with an explicit stack (a long product is a deep tree); an
+    # item is a node to split or, for a quotient, the divisor to append once
+    # its numerator's factors are out.
+    stack: list[tuple[bool, Expr]] = [(False, e)]
+    while stack:
+        emit, x = stack.pop()
+        if emit:
+            out.append(x)
+        elif isinstance(x, Binary) and x.op == "*":
+            stack.append((False, x.rhs))
+            stack.append((False, x.lhs))
+        elif isinstance(x, Unary) and x.op == "neg":
+            negated = not negated
+            stack.append((False, x.operand))
+        else:
+            names = set(free_names(x)) - sizes
+            if not ({a, b} <= names) or (keep_sums and isinstance(x, Sum)):
+                out.append(x)
+            elif isinstance(x, Binary) and x.op == "/":
+                if {a, b} <= set(free_names(x.rhs)) - sizes:
+                    raise _NoMatch
+                stack.append((True, Binary("/", ONE, x.rhs)))
+                stack.append((False, x.lhs))
+            else:
+                raise _NoMatch
+    return negated
 
 
 def _product(factors: list[Expr], negated: bool) -> Expr:

@@ -38,9 +38,11 @@ from tcc.ir.expr import (
     Where,
     free_names,
     fresh_name,
+    Step,
     postorder,
     rebuild,
     substitute,
+    trampoline,
 )
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import Facts, definition_facts
@@ -53,8 +55,10 @@ from tcc.ir.bounds import facts_at, uses
 def _size(e: Expr, memo: dict[int, int]) -> int:
     hit = memo.get(id(e))
     if hit is None:
-        hit = 1 + sum(_size(c, memo) for c in e.children())
-        memo[id(e)] = hit
+        for node in postorder(e):  # bottom-up, not recursive: long sums are deep trees
+            if id(node) not in memo:
+                memo[id(node)] = 1 + sum(memo[id(c)] for c in node.children())
+        hit = memo[id(e)]
     return hit
 
 
@@ -199,46 +203,49 @@ def share_instances(program: Program) -> Program:
 def _rewrite_checked(program: Program, body: Expr, replace: dict[int, Expr], facts: Facts) -> Expr:
     """Replace nodes, checking at each position (with its facts) that the new read is in bounds."""
 
-    def visit(e: Expr, f: Facts) -> Expr:
+    def visit(e: Expr, f: Facts) -> Step:  # a trampoline step: long sums are deep trees
         new = replace.get(id(e))
         if new is not None and _in_bounds_everywhere(program, new, f):
             return new
         if isinstance(e, Where):
             from tcc.ir.index import negate
 
-            return Where(e.cond, visit(e.then, f.with_cond(e.cond)), visit(e.other, f.with_cond(negate(e.cond))))
+            then = yield visit(e.then, f.with_cond(e.cond))
+            other = yield visit(e.other, f.with_cond(negate(e.cond)))
+            return Where(e.cond, then, other)
         if isinstance(e, Sum):
             inner = f.with_range(e.var, e.lo, e.hi) if e.has_range else f
-            return Sum(e.var, e.lo, e.hi, visit(e.body, inner))
+            return Sum(e.var, e.lo, e.hi, (yield visit(e.body, inner)))
         if isinstance(e, CSum):
             inner = f
             for c in e.constraints:
                 inner = inner.with_cond(c)
-            return CSum(e.vars, e.constraints, visit(e.body, inner))
+            return CSum(e.vars, e.constraints, (yield visit(e.body, inner)))
         kids = e.children()
-        new_kids = tuple(visit(k, f) for k in kids)
+        new_list = []
+        for k in kids:
+            new_list.append((yield visit(k, f)))
+        new_kids = tuple(new_list)
         return rebuild(e, new_kids) if new_kids != kids else e
 
-    return visit(body, facts)
+    return trampoline(visit(body, facts))
 
 
 def _replace_nodes(body: Expr, replace: dict[int, Expr]) -> Expr:
     """``body`` with the given nodes replaced (replacements are not entered)."""
-    memo: dict[int, Expr] = {}
-
-    def visit(e: Expr) -> Expr:
-        r = replace.get(id(e))
-        if r is not None:
-            return r
-        hit = memo.get(id(e))
-        if hit is None:
+    memo: dict[int, Expr] = dict(replace)
+    # children before parents with an explicit stack (long sums are deep trees)
+    stack: list[tuple[Expr, bool]] = [(body, False)]
+    while stack:
+        e, ready = stack.pop()
+        if ready:
             kids = e.children()
-            new = tuple(visit(k) for k in kids)
-            hit = rebuild(e, new) if new != kids else e
-            memo[id(e)] = hit
-        return hit
-
-    return visit(body)
+            new = tuple(memo[id(k)] for k in kids)
+            memo[id(e)] = rebuild(e, new) if new != kids else e
+        elif id(e) not in memo:
+            stack.append((e, True))
+            stack.extend((k, False) for k in reversed(e.children()) if id(k) not in memo)
+    return memo[id(body)]
 
 
 def introduce_temporaries(program: Program) -> Program:

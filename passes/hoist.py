@@ -361,22 +361,21 @@ def _factors(e: Expr) -> tuple[int, list[tuple[Expr, int]]]:
     """``e`` as ``sign * prod(f ** p)`` with p = +1 (factor) or -1 (divisor)."""
     sign = 1
     out: list[tuple[Expr, int]] = []
-
-    def visit(x: Expr, power: int) -> None:
-        nonlocal sign
+    # left to right with an explicit stack: a long product is a deep tree
+    stack: list[tuple[Expr, int]] = [(e, 1)]
+    while stack:
+        x, power = stack.pop()
         if isinstance(x, Unary) and x.op == "neg":
             sign = -sign
-            visit(x.operand, power)
+            stack.append((x.operand, power))
         elif isinstance(x, Binary) and x.op == "*":
-            visit(x.lhs, power)
-            visit(x.rhs, power)
+            stack.append((x.rhs, power))
+            stack.append((x.lhs, power))
         elif isinstance(x, Binary) and x.op == "/":
-            visit(x.lhs, power)
-            visit(x.rhs, -power)
+            stack.append((x.rhs, -power))
+            stack.append((x.lhs, power))
         else:
             out.append((x, power))
-
-    visit(e, 1)
     return sign, out
 
 

@@ -158,30 +158,25 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
             program.source,
         )
 
-    # fill in the ranges, keyed by the original nodes (so top-down: rebuilt nodes have new ids)
+    # fill in the ranges, keyed by the original nodes: bottom-up over the DAG,
+    # not by recursion (a long sum is a tree as deep as it is long)
     memo: dict[int, Expr] = {}
-
-    def fill(e: Expr) -> Expr:
-        hit = memo.get(id(e))
-        if hit is not None:
-            return hit
+    for e in postorder(d.body):
         if isinstance(e, Sum):
             lo, hi = (e.lo, e.hi) if e.has_range else sum_known[id(e)]
-            out: Expr = Sum(e.var, tuple(lo), tuple(hi), fill(e.body))
+            out: Expr = Sum(e.var, tuple(lo), tuple(hi), memo[id(e.body)])
         elif isinstance(e, CSum) and id(e) not in bounded_csums:
             extra: list[Cond] = []
             for v in e.vars:
                 (lo,), (hi,) = csum_known[("csum", id(e), v)]
                 extra += [Compare("<=", lo, Affine.var(v)), Compare("<=", Affine.var(v), hi)]
-            out = CSum(e.vars, e.constraints + tuple(extra), fill(e.body))
+            out = CSum(e.vars, e.constraints + tuple(extra), memo[id(e.body)])
         else:
             kids = e.children()
-            new = tuple(fill(k) for k in kids)
+            new = tuple(memo[id(k)] for k in kids)
             out = rebuild(e, new) if new != kids else e
         memo[id(e)] = out
-        return out
-
-    body = fill(d.body)
+    body = memo[id(d.body)]
     extents = d.extents
     if extents is None:
         extents = tuple(_extent(lhs_known[i][1][0]) for i in d.indices)

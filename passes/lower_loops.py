@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 from tcc.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder
+from tcc.ir.expr import (
+    Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder, trampoline,
+)
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.program import Definition, Program
@@ -191,21 +193,24 @@ class _BodyLowering:
                 return hit
         return None
 
-    def scoped(self, fn, *args) -> tuple[list[Stmt], Expr]:
+    # The lowering steps are generators run by ``trampoline`` (they yield the
+    # steps they would call): a flat sum of many terms is a tree as deep as
+    # it is long, too deep for recursion.
+    def scoped(self, e: Expr) -> Step:
         """Lower in a new scope: lets made inside are not visible after it."""
         self.scopes.append({})
         try:
             out: list[Stmt] = []
-            value = fn(*args, out)
+            value = yield self.value(e, out)
             return out, value
         finally:
             self.scopes.pop()
 
-    def value(self, e: Expr, out: list[Stmt]) -> Expr:
+    def value(self, e: Expr, out: list[Stmt]) -> Step:
         hit = self.lookup(e)
         if hit is not None:
             return hit
-        v = self._value(e, out)
+        v = yield self._value(e, out)
         if self.uses[e] > 1 and isinstance(e, (Unary, Binary)) and not isinstance(v, (Const, Access)):
             name = self.fresh("v")
             out.append(Let(name, v))
@@ -213,29 +218,32 @@ class _BodyLowering:
         self.scopes[-1][e] = v
         return v
 
-    def _value(self, e: Expr, out: list[Stmt]) -> Expr:
+    def _value(self, e: Expr, out: list[Stmt]) -> Step:
         if isinstance(e, (Const, Access)):
             return e
         if isinstance(e, Unary):
-            return Unary(e.op, self.value(e.operand, out))
+            return Unary(e.op, (yield self.value(e.operand, out)))
         if isinstance(e, Binary):
-            return Binary(e.op, self.value(e.lhs, out), self.value(e.rhs, out))
+            lhs = yield self.value(e.lhs, out)
+            rhs = yield self.value(e.rhs, out)
+            return Binary(e.op, lhs, rhs)
         if isinstance(e, Where):
-            return self.where(e, out)
+            return (yield self.where(e, out))
         if isinstance(e, Sum):
-            return self.sum(e, out)
+            return (yield self.sum(e, out))
         if isinstance(e, CSum):
             try:
-                return self.value(csum_to_sums(e, set(self.taken) | set(all_names(e))), out)
+                lowered = csum_to_sums(e, set(self.taken) | set(all_names(e)))
             except UnboundedSum as exc:
                 raise TccError(f"cannot lower '{self.d.name}': {exc}") from None
+            return (yield self.value(lowered, out))
         if isinstance(e, MatrixFn):
             raise TccError(f"cannot lower '{self.d.name}': {e} is not element-wise (only a whole definition can be one)")
         raise TypeError(f"cannot lower {type(e).__name__}")
 
-    def where(self, e: Where, out: list[Stmt]) -> Expr:
-        t_stmts, t = self.scoped(self.value, e.then)
-        o_stmts, o = self.scoped(self.value, e.other)
+    def where(self, e: Where, out: list[Stmt]) -> Step:
+        t_stmts, t = yield self.scoped(e.then)
+        o_stmts, o = yield self.scoped(e.other)
         if not t_stmts and not o_stmts:
             return Where(e.cond, t, o)
         name = self.fresh("w")
@@ -243,13 +251,13 @@ class _BodyLowering:
         out.append(If(e.cond, tuple(t_stmts) + (Accumulate(name, (), t),), tuple(o_stmts) + (Accumulate(name, (), o),)))
         return Access(name, ())
 
-    def sum(self, e: Sum, out: list[Stmt]) -> Expr:
+    def sum(self, e: Sum, out: list[Stmt]) -> Step:
         acc = self.fresh("acc")
         out.append(Local(acc, Const(0)))
-        self.reduce(e, acc, out)
+        yield self.reduce(e, acc, out)
         return Access(acc, ())
 
-    def reduce(self, e: Sum, acc: str, out: list[Stmt]) -> None:
+    def reduce(self, e: Sum, acc: str, out: list[Stmt]) -> Step:
         """Emit the loops adding ``e`` into ``acc``; directly nested sums share it."""
         if not e.has_range:
             raise TccError(f"cannot lower '{self.d.name}': sum over '{e.var}' has no range (run infer-ranges first)")
@@ -261,9 +269,9 @@ class _BodyLowering:
         try:
             stmts: list[Stmt] = []
             if isinstance(body, Sum) and self.lookup(body) is None:
-                self.reduce(body, acc, stmts)
+                yield self.reduce(body, acc, stmts)
             else:
-                stmts.append(Accumulate(acc, (), self.value(body, stmts)))
+                stmts.append(Accumulate(acc, (), (yield self.value(body, stmts))))
         finally:
             self.scopes.pop()
             self.loop_vars.pop()
@@ -293,7 +301,7 @@ def lower_definition(d: Definition, taken: set[str], sizes: set[str]) -> list[Ke
     loops_t, tests, tightened = _place_conditions(loops, conds, sizes)
     lowering = _BodyLowering(d, taken, sizes, _use_counts(d.body))
     lowering.loop_vars = list(d.indices)
-    stmts, v = lowering.scoped(lowering.value, body)
+    stmts, v = trampoline(lowering.scoped(body))
     kernels: list[Kernel] = []
     if tightened:
         kernels.append(Kernel(f"{d.name}_fill", _nest(loops, {}, [Store(d.name, tuple(idx), Const(0))])))

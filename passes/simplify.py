@@ -29,6 +29,7 @@ from tcc.ir.expr import (
     CSum,
     Expr,
     MatrixFn,
+    Step,
     Sum,
     Unary,
     Where,
@@ -36,8 +37,10 @@ from tcc.ir.expr import (
     is_guard,
     is_one,
     is_zero,
+    postorder,
     rebuild,
     substitute,
+    trampoline,
 )
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_and, negate
 from tcc.ir.constrained_sums import rewrite_indices
@@ -269,14 +272,23 @@ class _Simplifier:
         self.needs_facts: dict[int, tuple[Expr, bool]] = {}
 
     def needs(self, e: Expr) -> bool:
+        """Whether facts can change ``e``: it holds a where or a sum."""
         hit = self.needs_facts.get(id(e))
-        if hit is None or hit[0] is not e:
-            value = isinstance(e, (Where, Sum, CSum)) or any(self.needs(c) for c in e.children())
-            self.needs_facts[id(e)] = (e, value)
-            return value
-        return hit[1]
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        for node in postorder(e):  # bottom-up, not recursive: long sums are deep trees
+            known = self.needs_facts.get(id(node))
+            if known is None or known[0] is not node:
+                value = isinstance(node, (Where, Sum, CSum)) or any(
+                    self.needs_facts[id(c)][1] for c in node.children()
+                )
+                self.needs_facts[id(node)] = (node, value)
+        return self.needs_facts[id(e)][1]
 
-    def expr(self, e: Expr, facts: Facts) -> Expr:
+    # ``expr``, ``_expr``, ``sum`` and ``at_point`` are steps for
+    # ``trampoline``: they yield where they would recurse, since a long sum
+    # is a tree as deep as it is long.
+    def expr(self, e: Expr, facts: Facts) -> Step:
         if not self.needs(e):
             hit = self.context_free.get(id(e))
             if hit is None or hit[0] is not e:
@@ -287,7 +299,7 @@ class _Simplifier:
         got = self.memo.get(key)
         if got is not None and got[0] is e:
             return got[1]
-        out = self._expr(e, facts)
+        out = yield self._expr(e, facts)
         self.memo[key] = (e, out)
         return out
 
@@ -317,32 +329,35 @@ class _Simplifier:
             return False
         return out
 
-    def _expr(self, e: Expr, facts: Facts) -> Expr:
+    def _expr(self, e: Expr, facts: Facts) -> Step:
         if isinstance(e, Where):
             c = self.cond(e.cond, facts)
             if c is True:
-                return self.expr(e.then, facts)
+                return (yield self.expr(e.then, facts))
             if c is False:
-                return self.expr(e.other, facts)
-            then = self.expr(_use_divisibility(e.then, c), facts.with_cond(c))
-            other = self.expr(e.other, facts.with_cond(negate(c)))
+                return (yield self.expr(e.other, facts))
+            then = yield self.expr(_use_divisibility(e.then, c), facts.with_cond(c))
+            other = yield self.expr(e.other, facts.with_cond(negate(c)))
             return fold(Where(c, then, other))
         if isinstance(e, Sum):
-            return self.sum(e, facts)
+            return (yield self.sum(e, facts))
         if isinstance(e, CSum):
             inner = facts
             for c in e.constraints:
                 inner = inner.with_cond(c)
             if not inner.consistent():
                 return ZERO
-            return fold(CSum(e.vars, e.constraints, self.expr(e.body, inner)))
+            return fold(CSum(e.vars, e.constraints, (yield self.expr(e.body, inner))))
         kids = e.children()
-        new = tuple(self.expr(k, facts) for k in kids)
+        new_kids = []
+        for k in kids:
+            new_kids.append((yield self.expr(k, facts)))
+        new = tuple(new_kids)
         return fold(rebuild(e, new) if new != kids else e)
 
-    def sum(self, e: Sum, facts: Facts) -> Expr:
+    def sum(self, e: Sum, facts: Facts) -> Step:
         if not e.has_range:
-            return fold(Sum(e.var, e.lo, e.hi, self.expr(e.body, facts)))
+            return fold(Sum(e.var, e.lo, e.hi, (yield self.expr(e.body, facts))))
         inner = facts.with_range(e.var, e.lo, e.hi)
         # cheap interval tests first: most ranges are plainly non-empty and wider than a point
         pairs = [(lo_, hi_) for lo_ in e.lo for hi_ in e.hi]
@@ -356,16 +371,16 @@ class _Simplifier:
         # a single point: substitute it
         for cand in () if wide else lo:
             if inner.implies(Compare("==", v, cand)):
-                return self.at_point(e.var, e.body, cand, [], lo, hi, facts)
+                return (yield self.at_point(e.var, e.body, cand, [], lo, hi, facts))
         # a Kronecker delta on the summation index
         body = e.body
         delta = _delta_point(e.var, body)
         if delta is not None:
-            return self.at_point(e.var, body.then, delta[0], delta[1], lo, hi, facts)
-        new_body = self.expr(body, inner)
+            return (yield self.at_point(e.var, body.then, delta[0], delta[1], lo, hi, facts))
+        new_body = yield self.expr(body, inner)
         delta = _delta_point(e.var, new_body)  # a guard that folding made visible (where(..) * y)
         if delta is not None:
-            return self.at_point(e.var, new_body.then, delta[0], delta[1], lo, hi, facts)
+            return (yield self.at_point(e.var, new_body.then, delta[0], delta[1], lo, hi, facts))
         if is_guard(new_body):
             # a guard that does not depend on the summation index goes outside the sum
             # (a Jacobian's where(i == g, ..) must not be tested once per term)
@@ -375,18 +390,18 @@ class _Simplifier:
                 then = new_body.then if rest is None else Where(rest, new_body.then, ZERO)
                 cond = make_and(outer)
                 assert cond is not None
-                return self.expr(Where(cond, Sum(e.var, lo, hi, then), ZERO), facts)
+                return (yield self.expr(Where(cond, Sum(e.var, lo, hi, then), ZERO), facts))
         return fold(Sum(e.var, lo, hi, new_body))
 
     def at_point(
         self, var: str, body: Expr, point: Affine, extra: list[Cond], lo: tuple[Affine, ...], hi: tuple[Affine, ...], facts: Facts
-    ) -> Expr:
+    ) -> Step:
         """A sum whose only possible point is ``point``: the body there, if the range holds it."""
         cond = make_and(
             [Compare("<=", b, point) for b in lo if b != point] + [Compare("<=", point, b) for b in hi if b != point] + extra
         )
         sub = substitute(body, {var: point})
-        return self.expr(Where(cond, sub, ZERO) if cond is not None else sub, facts)
+        return (yield self.expr(Where(cond, sub, ZERO) if cond is not None else sub, facts))
 
     def prune_bounds(self, bounds: tuple[Affine, ...], facts: Facts, lower: bool) -> tuple[Affine, ...]:
         """Drop candidates of a max (lower) / min (upper) that another candidate dominates."""
@@ -418,7 +433,7 @@ def simplify_program(program: Program) -> Program:
             defs.append(d)
             continue
         facts = definition_facts(sizes, d.indices, d.extents) if d.extents is not None else program_facts(sizes)
-        defs.append(d.with_body(s.expr(d.body, facts)))
+        defs.append(d.with_body(trampoline(s.expr(d.body, facts))))
     return remove_dead(program.with_definitions(defs))
 
 

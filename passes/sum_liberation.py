@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.ir.expr import ZERO, Binary, CSum, Expr, Sum, Unary, Where, free_names, is_zero, rebuild
+from tcc.ir.expr import ZERO, Binary, CSum, Expr, Step, Sum, Unary, Where, free_names, is_zero, rebuild, trampoline
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.program import Program
 from tcc.pass_base import Level, Pass, PassContext
@@ -55,20 +55,24 @@ def _split(cond: Cond) -> tuple[list[Cond], list[Cond]]:
     return convex, rest
 
 
-def _liberate(e: Expr, bound: set[str]) -> _Delta | None:
-    """The delta-form decomposition of ``e``, or None if ``e`` leads to no delta."""
+def _liberate(e: Expr, bound: set[str]) -> Step:
+    """The delta-form decomposition of ``e``, or None if ``e`` leads to no delta.
+
+    A step for ``trampoline`` (it yields where it would recurse): a product
+    of many factors is a tree as deep as it is long.
+    """
     if isinstance(e, Sum) and e.has_range:
-        inner = _liberate(e.body, bound | {e.var})
+        inner = yield _liberate(e.body, bound | {e.var})
         if inner is None:
             return None
         return _Delta([e.var] + inner.vars, _range_constraints(e) + inner.constraints, inner.factors, inner.guards, inner.negate)
     if isinstance(e, CSum):
-        inner = _liberate(e.body, bound | set(e.vars))
+        inner = yield _liberate(e.body, bound | set(e.vars))
         if inner is None:
             return None
         return _Delta(list(e.vars) + inner.vars, list(e.constraints) + inner.constraints, inner.factors, inner.guards, inner.negate)
     if isinstance(e, Where) and is_zero(e.other):
-        inner = _liberate(e.then, bound)
+        inner = yield _liberate(e.then, bound)
         convex, rest = _split(e.cond)
         if inner is not None:
             inner.constraints = convex + inner.constraints
@@ -83,8 +87,8 @@ def _liberate(e: Expr, bound: set[str]) -> _Delta | None:
             return _Delta([], convex, [then], rest)
         return None
     if isinstance(e, Binary) and e.op == "*":
-        left = _liberate(e.lhs, bound)
-        right = _liberate(e.rhs, bound) if left is None else None
+        left = yield _liberate(e.lhs, bound)
+        right = (yield _liberate(e.rhs, bound)) if left is None else None
         if left is not None:
             if _captures(left, e.rhs):
                 return None
@@ -97,7 +101,7 @@ def _liberate(e: Expr, bound: set[str]) -> _Delta | None:
             return right
         return None
     if isinstance(e, Unary) and e.op == "neg":
-        inner = _liberate(e.operand, bound)
+        inner = yield _liberate(e.operand, bound)
         if inner is not None:
             inner.negate = not inner.negate
         return inner
@@ -120,14 +124,17 @@ def liberate(e: Expr) -> Expr:
     """Rewrite every maximal delta-form subexpression of ``e`` into a constrained sum."""
     memo: dict[int, Expr] = {}
 
-    def visit(n: Expr) -> Expr:
+    def visit(n: Expr) -> Step:
         hit = memo.get(id(n))
         if hit is not None:
             return hit
         out: Expr
-        d = _liberate(n, set()) if isinstance(n, (Sum, CSum, Where, Binary, Unary)) else None
+        d = (yield _liberate(n, set())) if isinstance(n, (Sum, CSum, Where, Binary, Unary)) else None
         if d is not None and d.vars:
-            body = _product([visit(f) for f in d.factors])
+            factors = []
+            for f in d.factors:
+                factors.append((yield visit(f)))
+            body = _product(factors)
             if d.negate:
                 body = Unary("neg", body)
             guard = make_and(d.guards)
@@ -136,12 +143,15 @@ def liberate(e: Expr) -> Expr:
             out = CSum(tuple(d.vars), tuple(d.constraints), body)
         else:
             kids = n.children()
-            new = tuple(visit(k) for k in kids)
+            new_kids = []
+            for k in kids:
+                new_kids.append((yield visit(k)))
+            new = tuple(new_kids)
             out = rebuild(n, new) if new != kids else n
         memo[id(n)] = out
         return out
 
-    return visit(e)
+    return trampoline(visit(e))
 
 
 @dataclass(frozen=True)
