@@ -54,6 +54,8 @@ RTOL = {"float64": 1e-9, "float32": 2e-4}
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan]
 #: (smallest, largest) magnitude of the finite values of one example
 REGIMES = {"moderate": (0.25, 4.0), "huge": (1e150, 1e300), "tiny": (5e-324, 1e-300), "unit": (1.0, 1.0)}
+#: regimes whose products or quotients overflow: reassociation may move the overflow (see agree)
+OVERFLOWING = ("huge", "tiny")
 #: a function of the whole result (``{}`` is the body); ``s`` is a scalar input where used
 WRAPS = ["{}", "{}", "sign({})", "relu({})", "abs({})", "sqrt({})", "log({})", "({})**0.5", "({})**s", "({})**1.5"]
 
@@ -163,7 +165,9 @@ def agree(program: Any, sizes: Mapping[str, int], how: tuple, dtype: str = "floa
     the default's disagreements must be of those kinds only: the interpreter
     non-finite, or the compiled value ``±inf``.  Never a NaN (or a finite
     value) where the interpreter has a finite one and no overflow: that is the
-    empty-sum-times-inf bug of issue 11.
+    empty-sum-times-inf bug of issue 11.  With magnitudes that overflow when
+    multiplied (or divided: 1 / 5e-324), a moved overflow can also meet a
+    zero (``inf * 0``), so there only the term-by-term agreement is asked.
     """
     inferred = tcc.transform(program, "infer-ranges")
     try:
@@ -188,6 +192,8 @@ def agree(program: Any, sizes: Mapping[str, int], how: tuple, dtype: str = "floa
     assert passes is None, "; ".join(message for _, message in found.values())
     strict = tcc.compile(program, target, dtype=dtype, passes=term_by_term(target, dtype))
     assert_agree(strict(**inputs), want, dtype)
+    if how[0] in OVERFLOWING:
+        return  # overflow may move anywhere: inf * 0 = NaN where the interpreter's order gives 0
     for name, (bad, message) in found.items():
         allowed = ~np.isfinite(want[name]) | np.isinf(got[name])
         assert not (bad & ~allowed).any(), message
