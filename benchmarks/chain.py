@@ -101,6 +101,9 @@ def main(argv: list[str]) -> int:
         wrt = argv[argv.index("--wrt") + 1] if "--wrt" in argv else "x"
         time_compile(argv[1], [int(n) for n in argv[2].split(",")], wrt)
         return 0
+    if len(argv) != 2 or argv[0] not in KINDS or not argv[1].isdigit():
+        sys.stderr.write(__doc__)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     kind, n = argv[0], int(argv[1])
     sys.stdout.write(KINDS[kind](n))
     return 0
