@@ -18,8 +18,10 @@ settings.load_profile("tcc-ci" if os.environ.get("CI") else "tcc-dev")
 
 # ---------------------------------------------------------------------------
 # Every derivative program the suite produces is also compiled and checked
-# (tests/test_zz_recorded_derivatives.py, which runs last): the pipeline
-# runner is wrapped once, before the test modules import it.
+# (tests/test_recorded_derivatives.py): the pipeline runner is wrapped once,
+# before the test modules import it, and the tests marked ``recorded_corpus``
+# are moved behind every other collected test, whatever their file is called
+# and in whatever order the files were given, so they see the whole corpus.
 # ---------------------------------------------------------------------------
 
 RECORDED_DERIVATIVES: dict[str, object] = {}
@@ -45,3 +47,11 @@ def pytest_configure(config) -> None:  # noqa: ANN001 - pytest hook
 
     recording._tcc_recording = True  # type: ignore[attr-defined]
     pipeline.run_pipeline = recording
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001 - pytest hook
+    """Run the recorded-corpus tests after everything else (a stable partition: the rest keep their order)."""
+    last = [item for item in items if item.get_closest_marker("recorded_corpus") is not None]
+    if last:
+        rest = [item for item in items if item.get_closest_marker("recorded_corpus") is None]
+        items[:] = rest + last

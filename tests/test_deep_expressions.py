@@ -26,6 +26,8 @@ from tcc.diagnostics import TccError
 from tcc.ir.expr import Binary, Const, Unary, trampoline
 from tcc.ir.parser import parse_program
 
+pytestmark = pytest.mark.slow  # about 35 s: programs of 20,000 terms
+
 X = np.array([1.0, -2.0, 0.5, 3.25])
 
 

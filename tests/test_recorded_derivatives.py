@@ -2,8 +2,9 @@
 
 ``conftest.py`` records each distinct program a pipeline with ``autodiff``
 returned (gradients, second derivatives, partial pipelines that still hold
-constrained sums).  This module's name sorts it last, so in a full run it sees
-them all; run alone it records the examples' gradients itself.
+constrained sums).  Its tests carry the ``recorded_corpus`` marker, which
+conftest.py moves behind every other collected test, so in a full run they
+see them all; run alone the module records the examples' gradients itself.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from compare import assert_matches_interpreter
 from conftest import RECORDED_DERIVATIVES
 from tcc.diagnostics import TccError
 from tcc.fdcheck import default_sizes
+
+pytestmark = [pytest.mark.recorded_corpus, pytest.mark.slow]
 
 
 def _own_corpus() -> None:
