@@ -402,6 +402,8 @@ class _Factor:
         self.taken = taken
         self.changed = 0
         self.tests: dict[int, If] = {}  # the ``if test { acc += t * Y }`` made here
+        # those of them whose Y loads are in bounds only where the test holds: the test must stay
+        self.guards_loads: set[int] = set()
 
     def block(self, body: tuple[Stmt, ...], facts: Facts, outer_locals: frozenset[str]) -> tuple[Stmt, ...]:
         out: list[Stmt] = []
@@ -496,6 +498,8 @@ class _Factor:
             return new_loop, [update] + rest
         test = If(guard, (update,))
         self.tests[id(test)] = test
+        if not all(self.checker.expr_ok(f, facts) for f, _ in moved):
+            self.guards_loads.add(id(test))
         return new_loop, [test] + rest
 
     def test_after(self, loop: For, acc: str, out: list[Stmt], rest: list[Stmt]):
@@ -507,13 +511,19 @@ class _Factor:
         and the interpreter's sum is 0.  One select after the nest instead
         of a branch in it, which LLVM would unswitch, changing how it
         vectorises the loops inside (the logistic-regression Hessian-vector
-        product was 15% slower).  Returns the new loop and rest, or None."""
+        product was 15% slower).  Not when ``Y`` reads memory that is in
+        bounds only under the test (the test is then what keeps the load
+        safe).  Returns the new loop and rest, or None."""
         accs = [s for s in _walk(loop.body) if isinstance(s, Accumulate) and s.target == acc]
         tests = [s for s in _walk(loop.body) if id(s) in self.tests and s.then[0] in accs]  # type: ignore[union-attr]
         if len(accs) != 1 or len(tests) != 1 or acc in read_names(loop.body) or acc in bound_inside(loop.body):
             return None
         test: If = tests[0]  # type: ignore[assignment]
         if set(test.cond.names()) & (bound_inside(loop.body) | {loop.var}):
+            return None
+        if id(test) in self.guards_loads:
+            # a load of Y moved out of the factored loop is in bounds only where that loop
+            # runs (``y[m - 1, l]`` needs m >= 1): without the test it would read out of bounds
             return None
         if not (_starts_at_zero(out, acc) and acc not in outer_writes(rest)):
             return None

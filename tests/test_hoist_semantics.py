@@ -16,6 +16,7 @@ the CPU in float64 and float32 and through the GPU pipeline in ``cuda-sim``.
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -120,6 +121,32 @@ def test_empty_inner_sum_under_an_outer_one(target: str, dtype: str, m: int) -> 
     x = np.arange(1.0, 3 * m + 1).reshape(3, m)
     for y in ([INF, 1.0, 2.0], [NAN, 1.0, 2.0], [-0.0, 1.0, -1.0]):
         check(ROW_SUMS, {"x": x, "y": np.array(y)}, target, dtype)
+
+
+# y[m - 1, l] is in bounds only where m >= 1, the test that the inner sum runs
+LAST_ROW = "input x[p, m], y[m, p]\nf = sum[l: 0..p - 1, k: 0..m - 1](x[l, k] * y[m - 1, l])\n"
+
+
+def test_a_load_kept_safe_by_the_runs_test_stays_under_it() -> None:
+    """With m = 0 every y[m - 1, l] is out of bounds: moving the test after the outer
+    loop (one select instead of a branch) read y at negative offsets, and at p = 10**8
+    the process died with SIGSEGV.  The test stays in the loop; the process is separate
+    so that a regression fails this test instead of killing the run."""
+    text = loops_text(LAST_ROW)
+    assert "if m >= 1 {\n      f_acc += f_acc2 * y[m - 1, l]" in text, text
+    out = subprocess.run(
+        [sys.executable, "-c", (
+            "import numpy as np, tcc\n"
+            f"src = {LAST_ROW!r}\n"
+            "p = 10**8\n"
+            "print(tcc.compile(src)(x=np.zeros((p, 0)), y=np.zeros((0, p)))['f'])\n"
+        )],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, "0.0"), out.stderr[-2000:]
+    for m in (0, 2):
+        x = np.arange(1.0, 3 * m + 1).reshape(3, m)
+        check(LAST_ROW, {"x": x, "y": np.full((m, 3), np.inf)}, "cpu", "float64")
 
 
 @pytest.mark.parametrize("target,dtype", TARGETS)
