@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
+import signal
 import threading
 from typing import Any, Mapping
 
@@ -208,29 +209,65 @@ def pool_size() -> int:
     return _POOL.size()
 
 
+class _DeferredSigint:
+    """Hold Ctrl-C back while a parallel call hands out parts and waits for them.
+
+    Python raises KeyboardInterrupt in the main thread at whatever bytecode it
+    is running, also inside ``threading.Condition``'s own Python code: a
+    Ctrl-C there can leave the batch's lock held (the call then hangs for
+    good) or skip the wait for running parts (they then write into freed
+    buffers).  So for the length of the call SIGINT only sets :attr:`hit`;
+    the call stops handing out parts, waits for the running ones, restores
+    the previous handler and raises the signal again (``signal.raise_signal``),
+    so whatever handler the program had -- Python's KeyboardInterrupt, its
+    own, or SIG_IGN -- sees it exactly once, after the parts have finished.
+    Only the main thread receives signals, so other threads defer nothing.
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+        self.previous: Any = None
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self.hit = True
+
+    def __enter__(self) -> "_DeferredSigint":
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not None:  # None: a handler not installed from Python; leave it alone
+                self.previous = signal.signal(signal.SIGINT, self._record)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            if self.hit:
+                signal.raise_signal(signal.SIGINT)
+
+
 def run_parallel(fn: Any, ptrs: Any, sizes: Any, nparts: int) -> None:
     """Run ``fn(ptrs, sizes, part, nparts)`` for every part, on the pool and the calling thread.
 
     Returns when every part has finished.  If anything interrupts the call
-    (Ctrl-C's KeyboardInterrupt, an exception from a part), the parts not yet
-    started are cancelled, the call waits for the ones running on pool
-    threads, then re-raises: the buffers behind ``ptrs`` stay valid until no
-    part can write into them.
+    (Ctrl-C, an exception from a part), the parts not yet started are
+    cancelled, the call waits for the ones running on pool threads, then
+    raises: the buffers behind ``ptrs`` stay valid until no part can write
+    into them.  Ctrl-C is deferred for the length of the call
+    (:class:`_DeferredSigint`) and takes effect when the calling thread's own
+    part ends.
     """
     batch = _Batch(fn, (ptrs, sizes), nparts)
-    try:
-        pool = _POOL
-        pool.ensure(nparts - 1)
-        for _ in range(nparts - 1):
-            pool.queue.put(batch)
-        while (part := batch.claim(worker=False)) is not None:
-            fn(ptrs, sizes, part, nparts)
-        with batch.cond:
-            while batch.w_done != batch.w_claimed:
-                batch.cond.wait()
-    except BaseException:
-        batch.cancel_and_drain()
-        raise
+    with _DeferredSigint() as sigint:
+        try:
+            pool = _POOL
+            pool.ensure(nparts - 1)
+            for _ in range(nparts - 1):
+                pool.queue.put(batch)
+            while not sigint.hit and (part := batch.claim(worker=False)) is not None:
+                fn(ptrs, sizes, part, nparts)
+        finally:
+            # every part claimed (or the call interrupted): cancel what is left, wait for the rest
+            batch.cancel_and_drain()
     if batch.error is not None:
         raise batch.error
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,48 @@ busy.join()
 time.sleep(0.5)  # longer than a part: one queued instead of cancelled would have started by now
 assert not np.isnan(y[0]) and np.isnan(y[y.size // 2 + 2:]).all(), "the part that had not started ran"
 """)
+
+
+# A real SIGINT whose Python handler runs inside threading.Condition's own Python code (its
+# __exit__, called by the caller's claim of a part): KeyboardInterrupt there left the batch's
+# lock held and the call hung for good.  Ctrl-C is deferred for the length of the call.
+SIGINT_INSIDE_THE_LOCK = """
+import os, signal, sys, threading
+f = tcc.compile("input x[n], w[m]\\ny[i] = sum[k](sin(x[i + k]) * w[k])\\n", threads=2)
+x, w = np.linspace(0, 1, 200_000), np.linspace(1, 2, 30)
+want = f(x=x, w=w)["y"].copy()
+def tracer(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "__exit__" and frame.f_code.co_filename.endswith("threading.py"):
+        if frame.f_back.f_code.co_name == "claim" and frame.f_back.f_locals.get("worker") is False:
+            sys.settrace(None)
+            signal.raise_signal(signal.SIGINT)
+    return None
+threading.Timer(20, lambda: (print("hung", flush=True), os._exit(3))).start()
+{handler}
+sys.settrace(tracer)
+try:
+    f(x=x, w=w)
+    print("returned")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+print(seen if "seen" in dir() else "-", np.array_equal(f(x=x, w=w)["y"], want), flush=True)
+os._exit(0)
+"""
+
+
+def test_ctrl_c_inside_the_pools_lock_neither_hangs_nor_is_lost() -> None:
+    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler=""), timeout=60)
+    assert out.split() == ["KeyboardInterrupt", "-", "True"]
+
+
+def test_a_deferred_ctrl_c_reaches_the_programs_own_handler_once() -> None:
+    """The previous handler is restored and the signal raised again: a program's own SIGINT
+    handler runs once, after the parts have finished; SIG_IGN stays ignored."""
+    counting = "seen = []\nsignal.signal(signal.SIGINT, lambda s, fr: seen.append(s))"
+    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler=counting), timeout=60)
+    assert out.split() == ["returned", f"[{int(signal.SIGINT)}]", "True"]
+    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler="signal.signal(signal.SIGINT, signal.SIG_IGN)"), timeout=60)
+    assert out.split() == ["returned", "-", "True"]
 
 
 def test_exception_in_a_part_cancels_the_rest_and_is_raised_after_running_parts() -> None:
