@@ -385,6 +385,9 @@ def postorder_except(root: Expr, known: "dict[Expr, Any]") -> list[Expr]:
     """
     if not known:
         return postorder(root)
+    kids = root.children()
+    if all(c in known for c in kids):  # the usual question of a bottom-up walk: only root is new
+        return [] if root in known else [root]
     seen: set[Expr] = set()
     out: list[Expr] = []
     stack: list[Expr | None] = [root]

@@ -208,15 +208,27 @@ def share_instances(program: Program) -> Program:
     # definitions that may be shared, by the shape of their body, in program order
     by_shape: dict[int, list[tuple[Definition, list[Access]]]] = {}
     defs: list[Definition] = []
+    # offered but not yet bucketed: a definition's shape is only needed once a
+    # later one is searched, so the last (often the largest: a whole gradient) is never interned
+    pending: list[Definition] = []
 
     def offer(g: Definition) -> None:
         defs.append(g)
         if isinstance(g.body, (Access, Const, MatrixFn)) or not g.indices or g.extents is None:
             return
-        by_shape.setdefault(shapes.of(g.body), []).append((g, _accesses(g.body)))
+        pending.append(g)
+
+    def bucket_pending() -> None:
+        for g in pending:
+            by_shape.setdefault(shapes.of(g.body), []).append((g, _accesses(g.body)))
+        pending.clear()
 
     for d in program.definitions:
-        if not by_shape or d.extents is None or isinstance(d.body, MatrixFn):
+        if d.extents is None or isinstance(d.body, MatrixFn):
+            offer(d)
+            continue
+        bucket_pending()
+        if not by_shape:
             offer(d)
             continue
         shapes.of(d.body)
