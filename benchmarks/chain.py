@@ -2,6 +2,8 @@
 
     python benchmarks/chain.py matvec N > chain.tcc   # h_k[i] = sum[j](A[i, j] * tanh(h_{k-1}[j]))
     python benchmarks/chain.py elem N > chain.tcc     # h_k[i] = sin(h_{k-1}[i]) * h_{k-1}[i]
+    python benchmarks/chain.py product N > p.tcc      # y[i] = x[i] * x[i] * ... (N factors)
+    python benchmarks/chain.py product-const N > p.tcc  # y[i] = x[i] * 2 * x[i] * x[i] * 2 * ...
 
 Every program ends in the scalar ``f = sum[i](hN[i])``; differentiate it with
 ``tcc grad chain.tcc --of f --wrt x`` (``--wrt x,A`` for ``matvec``).
@@ -40,7 +42,18 @@ def elem(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-KINDS = {"matvec": matvec, "elem": elem}
+def product(n: int) -> str:
+    """One definition, a product of n factors: ``y[i] = x[i] * x[i] * ...`` (not a chain of definitions)."""
+    return "input x[n]\ny[i] = " + " * ".join(["x[i]"] * n) + "\nf = sum[i](y[i])\n"
+
+
+def product_const(n: int) -> str:
+    """As ``product``, with every third factor the constant 2: ``x[i] * 2 * x[i] * x[i] * 2 * ...``."""
+    factors = ["2" if k % 3 == 1 else "x[i]" for k in range(n)]
+    return "input x[n]\ny[i] = " + " * ".join(factors) + "\nf = sum[i](y[i])\n"
+
+
+KINDS = {"matvec": matvec, "elem": elem, "product": product, "product-const": product_const}
 
 
 def time_grad(kind: str, sizes: list[int], wrt: str) -> None:

@@ -343,14 +343,25 @@ def local_index_names(node: Expr) -> tuple[str, ...]:
     return ()
 
 
-def free_names(root: Expr) -> tuple[str, ...]:
-    """Index and size names free in the expression (bound sum variables excluded)."""
-    memo: dict[int, tuple[str, ...]] = {}
-    for node in postorder(root):
+def free_names(root: Expr, memo: "dict[Expr, tuple[str, ...]] | None" = None) -> tuple[str, ...]:
+    """Index and size names free in the expression (bound sum variables excluded).
+
+    ``memo`` (node -> names), when given, is read and filled: a pass asking
+    about many overlapping subexpressions (every factor of a long product)
+    shares it so each node is visited once in all, not once per question.
+    Keys are the nodes themselves, which keeps them alive while the memo is.
+    """
+    if memo is None:
+        memo = {}
+    else:
+        hit = memo.get(root)
+        if hit is not None:
+            return hit
+    for node in postorder_except(root, memo):
         names: dict[str, None] = dict.fromkeys(local_index_names(node))
         inner: dict[str, None] = {}
         for c in node.children():
-            inner.update(dict.fromkeys(memo[id(c)]))
+            inner.update(dict.fromkeys(memo[c]))
         bv = bound_vars(node)
         if isinstance(node, Sum):
             # the bounds of a sum are outside its scope
@@ -361,8 +372,39 @@ def free_names(root: Expr) -> tuple[str, ...]:
                     names[n] = None
             if isinstance(node, CSum):
                 names = {n: None for n in names if n not in bv}
-        memo[id(node)] = tuple(names)
-    return memo[id(root)]
+        memo[node] = tuple(names)
+    return memo[root]
+
+
+def postorder_except(root: Expr, known: "dict[Expr, Any]") -> list[Expr]:
+    """:func:`postorder` of ``root`` without the nodes in ``known`` (nor anything only under them).
+
+    For memoised bottom-up computations asked about many overlapping
+    subexpressions: a node whose answer is known is not walked again, so the
+    questions together cost the size of the DAG, not the sum of their sizes.
+    """
+    if not known:
+        return postorder(root)
+    kids = root.children()
+    if all(c in known for c in kids):  # the usual question of a bottom-up walk: only root is new
+        return [] if root in known else [root]
+    seen: set[Expr] = set()
+    out: list[Expr] = []
+    stack: list[Expr | None] = [root]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            out.append(stack.pop())  # type: ignore[arg-type]
+            continue
+        if node in seen or node in known:
+            continue
+        seen.add(node)
+        stack.append(node)
+        stack.append(None)
+        for c in reversed(node.children()):
+            if c not in seen and c not in known:
+                stack.append(c)
+    return out
 
 
 def accessed_tensors(root: Expr) -> tuple[str, ...]:

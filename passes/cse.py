@@ -40,6 +40,7 @@ from tcc.ir.expr import (
     fresh_name,
     Step,
     postorder,
+    postorder_except,
     rebuild,
     substitute,
     trampoline,
@@ -52,13 +53,17 @@ from tcc.pass_base import Level, Pass, PassContext
 from tcc.ir.bounds import facts_at, uses
 
 
-def _size(e: Expr, memo: dict[int, int]) -> int:
-    hit = memo.get(id(e))
+def _size(e: Expr, memo: dict[Expr, int]) -> int:
+    """Tree size of ``e`` (a shared node counts once per occurrence), memoised per node.
+
+    Only the nodes not yet in ``memo`` are walked: asked about every node of
+    a long product, walking each one's whole subtree was quadratic.
+    """
+    hit = memo.get(e)
     if hit is None:
-        for node in postorder(e):  # bottom-up, not recursive: long sums are deep trees
-            if id(node) not in memo:
-                memo[id(node)] = 1 + sum(memo[id(c)] for c in node.children())
-        hit = memo[id(e)]
+        for node in postorder_except(e, memo):  # bottom-up, not recursive: long sums are deep trees
+            memo[node] = 1 + sum(memo[c] for c in node.children())
+        hit = memo[e]
     return hit
 
 
@@ -83,6 +88,36 @@ def _in_bounds_everywhere(program: Program, e: Expr, facts: Facts) -> bool:
             if not (f.implies(Compare(">=", ix, Affine.constant(0))) and f.implies(Compare("<=", ix, n - 1))):
                 return False
     return True
+
+
+class _InBounds:
+    """:func:`_in_bounds_everywhere` for many subexpressions of one body, each node decided once.
+
+    A node that binds nothing and guards nothing (an access, a constant, a
+    ``Unary`` or ``Binary``) adds no facts, so its reads are in bounds exactly
+    when its children's are: the answer is the conjunction of the children's
+    memoised answers.  Sums and ``where`` change the facts under them and are
+    checked whole, as before.  Asking about every node of a long product used
+    to re-prove every read of the rest of the chain at each node (quadratic
+    in the chain's length, with a Fourier-Motzkin proof per read).
+    """
+
+    def __init__(self, program: Program, facts: Facts) -> None:
+        self.program = program
+        self.facts = facts
+        self.memo: dict[Expr, bool] = {}
+
+    def __call__(self, root: Expr) -> bool:
+        memo = self.memo
+        hit = memo.get(root)
+        if hit is not None:
+            return hit
+        for n in postorder_except(root, memo):
+            if isinstance(n, (Unary, Binary, Const)):
+                memo[n] = all(memo[c] for c in n.children())
+            else:  # an access (a leaf), or a node that adds facts: checked whole
+                memo[n] = _in_bounds_everywhere(self.program, n, self.facts)
+        return memo[root]
 
 
 class _Shapes:
@@ -173,15 +208,27 @@ def share_instances(program: Program) -> Program:
     # definitions that may be shared, by the shape of their body, in program order
     by_shape: dict[int, list[tuple[Definition, list[Access]]]] = {}
     defs: list[Definition] = []
+    # offered but not yet bucketed: a definition's shape is only needed once a
+    # later one is searched, so the last (often the largest: a whole gradient) is never interned
+    pending: list[Definition] = []
 
     def offer(g: Definition) -> None:
         defs.append(g)
         if isinstance(g.body, (Access, Const, MatrixFn)) or not g.indices or g.extents is None:
             return
-        by_shape.setdefault(shapes.of(g.body), []).append((g, _accesses(g.body)))
+        pending.append(g)
+
+    def bucket_pending() -> None:
+        for g in pending:
+            by_shape.setdefault(shapes.of(g.body), []).append((g, _accesses(g.body)))
+        pending.clear()
 
     for d in program.definitions:
-        if not by_shape or d.extents is None or isinstance(d.body, MatrixFn):
+        if d.extents is None or isinstance(d.body, MatrixFn):
+            offer(d)
+            continue
+        bucket_pending()
+        if not by_shape:
             offer(d)
             continue
         shapes.of(d.body)
@@ -248,6 +295,22 @@ def _replace_nodes(body: Expr, replace: dict[int, Expr]) -> Expr:
     return memo[id(body)]
 
 
+def _mark_inside(n: Expr, inside: set[int]) -> None:
+    """Add the ids of ``n`` and its descendants to ``inside``, a set closed under descendants.
+
+    A node already there has all of its descendants there too, so it is not
+    entered: marking overlapping subexpressions (the shared prefixes of a long
+    product) costs each node once, not once per subexpression holding it.
+    """
+    stack = [n]
+    while stack:
+        e = stack.pop()
+        if id(e) in inside:
+            continue
+        inside.add(id(e))
+        stack.extend(c for c in e.children() if id(c) not in inside)
+
+
 def introduce_temporaries(program: Program) -> Program:
     sizes = program.sizes()
     taken: dict[str, None] = dict.fromkeys(program.tensor_names())
@@ -258,18 +321,20 @@ def introduce_temporaries(program: Program) -> Program:
             out.append(d)
             continue
         counts = _occurrences(d.body)
-        memo: dict[int, int] = {}
+        memo: dict[Expr, int] = {}
+        names: dict[Expr, tuple[str, ...]] = {}  # free_names memo shared by all the nodes of this body
         own = set(d.indices)
         base = definition_facts(sizes, d.indices, d.extents)
+        in_bounds = _InBounds(program, base)
         chosen: list[Expr] = []
         for n in postorder(d.body):
             if counts[id(n)] < 2 or not isinstance(n, (Unary, Binary, Sum)):
                 continue
             if isinstance(n, Unary) and n.op == "neg":
                 continue
-            if _size(n, memo) < 4 or not set(free_names(n)) - set(sizes) <= own:
+            if _size(n, memo) < 4 or not set(free_names(n, names)) - set(sizes) <= own:
                 continue
-            if not _in_bounds_everywhere(program, n, base):
+            if not in_bounds(n):
                 continue
             chosen.append(n)
         # keep the largest shared subexpressions only (their parts are inside them)
@@ -280,13 +345,13 @@ def introduce_temporaries(program: Program) -> Program:
             if id(n) in inside:
                 continue
             selected.append(n)
-            inside.update(id(x) for x in postorder(n))
+            _mark_inside(n, inside)
         if not selected:
             out.append(d)
             continue
         replace: dict[int, Expr] = {}
         for n in sorted(selected, key=lambda n: _size(n, memo)):
-            fv = [i for i in d.indices if i in set(free_names(n))]
+            fv = [i for i in d.indices if i in set(free_names(n, names))]
             name = fresh_name(f"{d.name}_t", taken)
             taken[name] = None
             ext = tuple(e for i, e in zip(d.indices, d.extents) if i in fv)

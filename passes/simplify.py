@@ -19,6 +19,7 @@ systems do.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 from tcc.ir.expr import (
@@ -85,8 +86,39 @@ def _const_binary(op: str, a: int | float, b: int | float) -> Expr | None:
     return Const(r)
 
 
+#: Number of ``Const`` factors on the left spine of a ``*`` node (``x * 3 * y * 2`` has 2).
+#: Keyed weakly by the (hash-consed, immutable) node, so it never outlives the IR.
+_SPINE_CONSTS: "weakref.WeakKeyDictionary[Expr, int]" = weakref.WeakKeyDictionary()
+
+
+def _spine_consts(n: Binary) -> int:
+    """How many factors of the left-nested product chain ``n`` are constants, memoised.
+
+    ``fold`` runs bottom-up, so at a ``*`` node its left operand's count is
+    usually known already and the answer costs O(1); without it,
+    :func:`_merge_constant_factors` walked the whole chain at every node of it,
+    which is quadratic in the length of a long product.
+    """
+    memo = _SPINE_CONSTS
+    spine: list[Binary] = []
+    node: Expr = n
+    while isinstance(node, Binary) and node.op == "*" and node not in memo:
+        spine.append(node)
+        node = node.lhs
+    if isinstance(node, Binary) and node.op == "*":
+        count = memo[node]
+    else:
+        count = 1 if isinstance(node, Const) else 0
+    for b in reversed(spine):
+        count += 1 if isinstance(b.rhs, Const) else 0
+        memo[b] = count
+    return count
+
+
 def _merge_constant_factors(n: Binary) -> Expr:
     """``x * 3 * 2 * y`` -> ``x * 6 * y``: multiply the constants of a left-nested product chain."""
+    if _spine_consts(n) < 2:
+        return n  # nothing to merge: skip collecting the chain (linear, not quadratic, over a long product)
     factors: list[Expr] = []
     node: Expr = n
     while isinstance(node, Binary) and node.op == "*":

@@ -55,24 +55,54 @@ def _split(cond: Cond) -> tuple[list[Cond], list[Cond]]:
     return convex, rest
 
 
-def _liberate(e: Expr, bound: set[str]) -> Step:
+class _Memo:
+    """What one :func:`liberate` call has learnt, so no node is walked twice.
+
+    ``none`` holds the (node, bound names) pairs that lead to no delta: that
+    answer is a pure function of the pair, and ``liberate`` asks it again at
+    every node of a product chain -- walking the rest of the chain each time
+    made a product of n factors cost O(n^2) (O(n^3) for the n terms of its
+    gradient).  A found ``_Delta`` is not kept: callers extend it in place.
+    ``names`` is the shared :func:`free_names` memo of :func:`_captures`.
+    """
+
+    def __init__(self) -> None:
+        self.none: dict[tuple[Expr, frozenset[str]], None] = {}
+        self.names: dict[Expr, tuple[str, ...]] = {}
+
+
+def _liberate(e: Expr, bound: set[str], memo: _Memo | None = None) -> Step:
     """The delta-form decomposition of ``e``, or None if ``e`` leads to no delta.
 
     A step for ``trampoline`` (it yields where it would recurse): a product
-    of many factors is a tree as deep as it is long.
+    of many factors is a tree as deep as it is long.  With ``memo``, a pair
+    already known to give None is answered without walking it again.
     """
+    if memo is None:
+        memo = _Memo()
+    key = (e, frozenset(bound))
+    if key in memo.none:
+        return None
+    result = yield _liberate_step(e, bound, memo)
+    if result is None:
+        memo.none[key] = None
+    return result
+
+
+def _liberate_step(e: Expr, bound: set[str], memo: _Memo) -> Step:
+    """One level of :func:`_liberate` (which memoises it)."""
     if isinstance(e, Sum) and e.has_range:
-        inner = yield _liberate(e.body, bound | {e.var})
+        inner = yield _liberate(e.body, bound | {e.var}, memo)
         if inner is None:
             return None
         return _Delta([e.var] + inner.vars, _range_constraints(e) + inner.constraints, inner.factors, inner.guards, inner.negate)
     if isinstance(e, CSum):
-        inner = yield _liberate(e.body, bound | set(e.vars))
+        inner = yield _liberate(e.body, bound | set(e.vars), memo)
         if inner is None:
             return None
         return _Delta(list(e.vars) + inner.vars, list(e.constraints) + inner.constraints, inner.factors, inner.guards, inner.negate)
     if isinstance(e, Where) and is_zero(e.other):
-        inner = yield _liberate(e.then, bound)
+        inner = yield _liberate(e.then, bound, memo)
         convex, rest = _split(e.cond)
         if inner is not None:
             inner.constraints = convex + inner.constraints
@@ -87,30 +117,30 @@ def _liberate(e: Expr, bound: set[str]) -> Step:
             return _Delta([], convex, [then], rest)
         return None
     if isinstance(e, Binary) and e.op == "*":
-        left = yield _liberate(e.lhs, bound)
-        right = (yield _liberate(e.rhs, bound)) if left is None else None
+        left = yield _liberate(e.lhs, bound, memo)
+        right = (yield _liberate(e.rhs, bound, memo)) if left is None else None
         if left is not None:
-            if _captures(left, e.rhs):
+            if _captures(left, e.rhs, memo):
                 return None
             left.factors = left.factors + [e.rhs]
             return left
         if right is not None:
-            if _captures(right, e.lhs):
+            if _captures(right, e.lhs, memo):
                 return None
             right.factors = [e.lhs] + right.factors
             return right
         return None
     if isinstance(e, Unary) and e.op == "neg":
-        inner = yield _liberate(e.operand, bound)
+        inner = yield _liberate(e.operand, bound, memo)
         if inner is not None:
             inner.negate = not inner.negate
         return inner
     return None
 
 
-def _captures(d: _Delta, factor: Expr) -> bool:
+def _captures(d: _Delta, factor: Expr, memo: _Memo | None = None) -> bool:
     """Moving ``factor`` under the liberated sums must not capture its free names."""
-    return bool(set(d.vars) & set(free_names(factor)))
+    return bool(set(d.vars) & set(free_names(factor, memo.names if memo is not None else None)))
 
 
 def _product(factors: list[Expr]) -> Expr:
@@ -123,13 +153,14 @@ def _product(factors: list[Expr]) -> Expr:
 def liberate(e: Expr) -> Expr:
     """Rewrite every maximal delta-form subexpression of ``e`` into a constrained sum."""
     memo: dict[int, Expr] = {}
+    known = _Memo()  # shared by every _liberate below: each (node, bound) is walked once
 
     def visit(n: Expr) -> Step:
         hit = memo.get(id(n))
         if hit is not None:
             return hit
         out: Expr
-        d = (yield _liberate(n, set())) if isinstance(n, (Sum, CSum, Where, Binary, Unary)) else None
+        d = (yield _liberate(n, set(), known)) if isinstance(n, (Sum, CSum, Where, Binary, Unary)) else None
         if d is not None and d.vars:
             factors = []
             for f in d.factors:

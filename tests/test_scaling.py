@@ -72,3 +72,100 @@ def test_chain_gradient_with_shared_bodies_matches_the_interpreter():
         scale = np.max(np.abs(expect[name]))
         assert scale > 0
         np.testing.assert_allclose(got[name], expect[name], rtol=0, atol=1e-13 * scale)
+
+
+# ---------------------------------------------------------------------------
+# One long product (issue 11, item 9): its gradient has a term per factor, each
+# a product of the other factors; as a DAG they share their prefixes and
+# suffixes, so the passes must not re-walk the rest of the chain at every node.
+# ---------------------------------------------------------------------------
+
+
+def long_product(factors: int, constants: bool = False) -> str:
+    """``y[i] = x[i] * x[i] * ...`` (with ``constants``, every third factor 2 or 0.5), ``f = sum[i](y[i])``."""
+    terms = []
+    for k in range(factors):
+        if constants and k % 3 == 1:
+            terms.append("2" if k % 2 else "0.5")
+        else:
+            terms.append("x[i]")
+    return f"input x[n]\ny[i] = {' * '.join(terms)}\nf = sum[i](y[i])\n"
+
+
+def _count_children(monkeypatch) -> list[int]:
+    """Count every ``children()`` call (every traversal asks each node it enters for them)."""
+    from tcc.ir import expr
+
+    calls = [0]
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    for cls in (expr.Expr, *subclasses(expr.Expr)):
+        original = cls.__dict__.get("children")
+        if original is None:
+            continue
+
+        def counting(self, _original=original):
+            calls[0] += 1
+            return _original(self)
+
+        monkeypatch.setattr(cls, "children", counting)
+    return calls
+
+
+def test_long_product_gradient_visits_grow_linearly(monkeypatch):
+    calls = _count_children(monkeypatch)
+    counts = []
+    for factors in (50, 100, 200):
+        calls[0] = 0
+        tcc.grad(long_product(factors), of="f", wrt="x")
+        counts.append(calls[0])
+    # the gradient's DAG has O(factors) nodes: about 2x per doubling.  It was
+    # 3.5x and growing: sum-liberation asked at every node of the product whether
+    # it led to a delta (walking the rest of it), and cse re-proved every read
+    # of a subexpression and re-measured it at each of its nodes
+    assert counts[1] <= 2.2 * counts[0] and counts[2] <= 2.2 * counts[1], counts
+
+
+def test_merging_constant_factors_does_not_rewalk_the_chain(monkeypatch):
+    from tcc.ir.expr import Binary
+    from tcc.passes.simplify import fold_all
+
+    reads = [0]
+    slot = Binary.__dict__["lhs"]
+
+    def get(self):
+        reads[0] += 1
+        return slot.__get__(self, Binary)
+
+    monkeypatch.setattr(Binary, "lhs", property(get, slot.__set__))
+    counts = []
+    for factors in (200, 400, 800):
+        # one constant near the start: nothing to merge, but every node used to collect the chain below it
+        body = tcc.parse(f"input x[n]\ny[i] = x[i] * 3 * {' * '.join(['x[i]'] * factors)}\n").definitions[0].body
+        reads[0] = 0
+        assert fold_all(body) is body
+        counts.append(reads[0])
+    assert counts[1] <= 2.2 * counts[0] and counts[2] <= 2.2 * counts[1], counts
+
+
+@pytest.mark.parametrize("constants", [False, True])
+def test_long_product_gradient_is_right(constants):
+    factors = 45
+    program = long_product(factors, constants)
+    grad = tcc.grad(program, of="f", wrt="x")
+    powers = sum(1 for k in range(factors) if not (constants and k % 3 == 1))
+    scale = 1.0
+    if constants:
+        for k in range(1, factors, 3):
+            scale *= 2.0 if k % 2 else 0.5
+    x = np.linspace(0.9, 1.1, 7)
+    got = tcc.run(grad, {"x": x, "df": np.float64(1.25)})["dx"]
+    # d/dx_i of sum_i scale * x_i**powers, times the seed
+    np.testing.assert_allclose(got, 1.25 * scale * powers * x ** (powers - 1), rtol=1e-12)
+    # and central differences of the function itself, through the reference interpreter
+    results = tcc.check(program, of="f", wrt="x", target="reference", low=0.9, high=1.1, sizes={"n": 5})
+    assert all(r.ok for r in results), [r.checked() for r in results]
