@@ -53,7 +53,7 @@ import numpy as np
 
 from tcc.diagnostics import TccError
 from tcc.ir.loops import For
-from tcc.runtime import CallError, CompiledProgram
+from tcc.runtime import COMPLEX_HINT, CallError, CompiledProgram
 
 from .llvm import band_extents, grid_band
 from .ptx import PTXModule, device_ordinal
@@ -301,7 +301,7 @@ class CudaProgram(CompiledProgram):
         from tcc.build import DTYPES
 
         if dtype.kind == "c":
-            return " (tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
+            return COMPLEX_HINT
         if dtype.name in DTYPES:
             return f" (compile with dtype='{dtype.name}' or convert it to {self.dtype})"
         return f" (convert it to {self.dtype})"

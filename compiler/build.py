@@ -167,11 +167,12 @@ def build(
         _refuse_matrix_functions(program)
         require_pycuda()
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
-    if isinstance(program, Program):  # the interpreter refuses the same programs (tcc.sizes)
-        check_program_index_ranges(program)
     key = (str(program), format_pipeline(pipeline), dtype, target)
     hit = None if instruments else _cache_get(key)
     if hit is None:
+        # the interpreter refuses the same programs (tcc.sizes); a cached one passed already
+        if isinstance(program, Program):
+            check_program_index_ranges(program)
         from tcc.instruments import BaseInstrument
 
         class _LastIndexState(BaseInstrument):

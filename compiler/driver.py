@@ -432,12 +432,19 @@ def cmd_check(session: _Session, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _npz_errors() -> tuple[type[BaseException], ...]:
-    """What a damaged .npz raises from ``np.load`` or when a member is read."""
+def _npz_error(exc: BaseException, path: str, member: str | None = None) -> TccError | None:
+    """The error line for what ``np.load`` (``member`` None) or reading a member raised, or None
+    for an exception that is no sign of a damaged or unsafe archive."""
     import zipfile
     import zlib
 
-    return (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+    if isinstance(exc, ValueError) and "pickle" in str(exc):  # allow_pickle=False refused it
+        if member is None:
+            return TccError(f"cannot read '{path}' as .npz: it holds pickled Python objects, which tcc does not load")
+        return TccError(f"input '{member}' in '{path}' is an array of Python objects, which tcc does not load")
+    if isinstance(exc, (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)):
+        return TccError(f"cannot read '{path}' as .npz: " + (f"member '{member}': " if member else "") + str(exc))
+    return None
 
 
 def _load_npz(path: str, names: set[str]) -> dict[str, Any]:
@@ -448,14 +455,11 @@ def _load_npz(path: str, names: set[str]) -> dict[str, Any]:
         data = np.load(path, allow_pickle=False)
     except FileNotFoundError as exc:
         raise TccError(f"cannot read '{path}': {exc.strerror or exc}") from None
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise TccError(
-                f"cannot read '{path}' as .npz: it holds pickled Python objects, which tcc does not load"
-            ) from None
-        raise TccError(f"cannot read '{path}' as .npz: {exc}") from None
-    except _npz_errors() as exc:
-        raise TccError(f"cannot read '{path}' as .npz: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - mapped to an error line, or re-raised
+        error = _npz_error(exc, path)
+        if error is None:
+            raise
+        raise error from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise TccError(f"cannot read '{path}' as .npz: it holds a single array, not an archive")
     arrays: dict[str, Any] = {}
@@ -465,14 +469,11 @@ def _load_npz(path: str, names: set[str]) -> dict[str, Any]:
                 continue
             try:
                 arrays[name] = data[name]
-            except ValueError as exc:
-                if "allow_pickle" in str(exc):
-                    raise TccError(
-                        f"input '{name}' in '{path}' is an array of Python objects, which tcc does not load"
-                    ) from None
-                raise TccError(f"cannot read '{path}' as .npz: member '{name}': {exc}") from None
-            except _npz_errors() as exc:
-                raise TccError(f"cannot read '{path}' as .npz: member '{name}': {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - mapped to an error line, or re-raised
+                error = _npz_error(exc, path, name)
+                if error is None:
+                    raise
+                raise error from None
     return arrays
 
 

@@ -269,16 +269,16 @@ def check_lowering(passes: Sequence[Pass], *, dtype: str, target: str, arch: str
     ``lower-llvm{target=cuda arch=sm_90}`` is a documented way to choose them.
     Checked before any pass runs.
     """
-    wanted: list[tuple[str, Any, str]] = [("dtype", dtype, "dtype"), ("target", target, "target")]
+    wanted: dict[str, Any] = {"dtype": dtype, "target": target}
     if arch:
-        wanted.append(("arch", arch, "arch"))
+        wanted["arch"] = arch
     if ptx:
-        wanted.append(("ptx", ptx, "ptx"))
+        wanted["ptx"] = ptx
     for p in passes:
         if p.name != "lower-llvm":
             continue
-        for field_name, value, option in wanted:
-            have = getattr(p, field_name, value)
+        for option, value in wanted.items():
+            have = getattr(p, option, value)
             if have != value:
                 raise TccError(
                     f"the pipeline's '{p.name}' has {option}={have}, but the program is compiled for "

@@ -54,6 +54,9 @@ __all__ = [
     "CallError", "CompiledProgram", "default_threads", "pool_size", "run_extern", "run_parallel", "SIM_BLOCK", "SIM_MAX_BLOCKS",
 ]
 
+#: what a complex input's dtype error suggests (the host's and the device's)
+COMPLEX_HINT = " (tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
+
 #: cuda-sim launch shape: threads per block and the most blocks (24 simulated threads in all)
 SIM_BLOCK = 8
 SIM_MAX_BLOCKS = 3
@@ -346,7 +349,7 @@ class CompiledProgram:
         from tcc.build import DTYPES
 
         if dtype.kind == "c":
-            return " (tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
+            return COMPLEX_HINT
         if dtype.kind not in "biuf":
             return ""
         hint = f".astype(np.{self.dtype})"
