@@ -57,6 +57,14 @@ def interrupt_when_written(y, index):
             time.sleep(0.001)
         os.kill(os.getpid(), signal.SIGINT)
     threading.Thread(target=watch, daemon=True).start()
+
+def call_interrupted_once_y_is_written(f, y, **inputs):
+    interrupt_when_written(y, 0)
+    try:
+        f(**inputs, y=y)
+    except KeyboardInterrupt:
+        return
+    raise SystemExit("the call finished: the interrupt was lost")
 """
 
 
@@ -71,12 +79,7 @@ def test_interrupted_call_waits_for_running_parts_then_raises() -> None:
 f = tcc.compile({CONV!r}, threads=4)
 x, w = np.random.default_rng(0).random(100_000), np.random.default_rng(1).random(300)
 y = np.full(100_000 - 299, np.nan)
-interrupt_when_written(y, 0)
-try:
-    f(x=x, w=w, y=y)
-    raise SystemExit("the call finished: the interrupt was lost")
-except KeyboardInterrupt:
-    pass
+call_interrupted_once_y_is_written(f, y, x=x, w=w)
 after_return = y.copy()
 time.sleep(0.5)
 assert np.array_equal(y, after_return, equal_nan=True), "a part wrote into y after the call raised"
@@ -109,12 +112,7 @@ while np.isnan(big_y[0]) or np.isnan(second_half).all():  # both parts running
     time.sleep(0.001)
 x = rng.random(60_000)
 y = np.full(x.size - 299, np.nan)
-interrupt_when_written(y, 0)
-try:
-    f(x=x, w=w, y=y)
-    raise SystemExit("the call finished: the interrupt was lost")
-except KeyboardInterrupt:
-    pass
+call_interrupted_once_y_is_written(f, y, x=x, w=w)
 assert np.isnan(big_y[-1]), "the busy call ended too soon for this test"
 busy.join()
 time.sleep(0.5)  # longer than a part: one queued instead of cancelled would have started by now
