@@ -456,13 +456,17 @@ class _Factor:
         keep: list[tuple[Expr, int]] = []
         moved: list[tuple[Expr, int]] = []
         in_loop = facts.with_range(loop.var, loop.lo, loop.hi)
+        loads_need_test = False  # some moved load is in bounds only where the loop runs
         for f, p in factors:
             if expr_names(f) & varying:
                 keep.append((f, p))
-            elif self.checker.expr_ok(f, facts) or self.checker.expr_ok(f, in_loop):
+            elif self.checker.expr_ok(f, facts):
+                moved.append((f, p))
+            elif self.checker.expr_ok(f, in_loop):
                 # a load in bounds only where the loop runs is read only then:
                 # the runs test below implies that the loop runs
                 moved.append((f, p))
+                loads_need_test = True
             else:
                 keep.append((f, p))
         if not moved or all(isinstance(f, Const) and f.value == 1 for f, _ in moved):
@@ -498,7 +502,7 @@ class _Factor:
             return new_loop, [update] + rest
         test = If(guard, (update,))
         self.tests[id(test)] = test
-        if not all(self.checker.expr_ok(f, facts) for f, _ in moved):
+        if loads_need_test:
             self.guards_loads.add(id(test))
         return new_loop, [test] + rest
 
