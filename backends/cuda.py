@@ -51,7 +51,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.loops import For
 from tcc.runtime import COMPLEX_HINT, CallError, CompiledProgram
 

@@ -119,7 +119,7 @@ from typing import Any, Mapping, Union
 
 from llvmlite import ir
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder, transform
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
 from tcc.ir.loops import (

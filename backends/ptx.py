@@ -42,7 +42,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .llvm import LLVMModule
 

@@ -242,7 +242,7 @@ def find_device(sim: bool, arrays: str) -> Device:
     import atexit
 
     from tcc.backends.cuda import active
-    from tcc.diagnostics import TccError
+    from tcc.ir.diagnostics import TccError
 
     try:
         # The primary context of TCC_CUDA_DEVICE, current in this thread for the whole run (this

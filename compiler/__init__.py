@@ -1,8 +1,8 @@
 """tcc: a staged tensor-algebra compiler with exact symbolic derivatives.
 
 The public API is re-exported lazily (module ``__getattr__``), so ``import
-tcc`` imports nothing else and the IR modules can import
-:mod:`tcc.diagnostics` without a cycle::
+tcc`` imports nothing else: importing ``tcc.ir.parser`` (which runs this
+file first, as the parent package) does not pull in the compiler layer::
 
     import tcc
     program = tcc.parse("examples/urban.tcc")
@@ -29,10 +29,10 @@ _LAZY = {
     "CompiledProgram": "tcc.runtime",
     "CallError": "tcc.runtime",
     "read_source": "tcc.api",
-    "TccError": "tcc.diagnostics",
-    "Pass": "tcc.pass_base",
-    "Level": "tcc.pass_base",
-    "PassContext": "tcc.pass_base",
+    "TccError": "tcc.ir.diagnostics",
+    "Pass": "tcc.passes.pass_base",
+    "Level": "tcc.passes.pass_base",
+    "PassContext": "tcc.passes.pass_base",
     "parse_pipeline": "tcc.pipeline",
     "run_pipeline": "tcc.pipeline",
     "grad_pipeline": "tcc.pipeline",

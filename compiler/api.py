@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tcc.diagnostics import TccError
-from tcc.pass_base import Pass, PassContext
+from tcc.ir.diagnostics import TccError
+from tcc.passes.pass_base import Pass, PassContext
 
 __all__ = ["parse", "read_source", "grad", "transform", "compile", "run", "check"]
 

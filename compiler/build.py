@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tcc.diagnostics import TccError
-from tcc.pass_base import Level, Pass
+from tcc.ir.diagnostics import TccError
+from tcc.passes.pass_base import Level, Pass
 from tcc.ir.program import Program
 from tcc.sizes import check_program_index_ranges
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 __all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "hessian", "jvp", "Derivative",
            "derivative_target", "derivative_pipeline"]

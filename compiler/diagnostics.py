@@ -1,40 +1,8 @@
-"""User-facing errors: ``FILE:LINE:COL: error: message``, the line and a caret.
+"""Re-export of :mod:`tcc.ir.diagnostics` for code written against ``tcc.diagnostics``.
 
-Every mistake in a user's program or command line is a :class:`TccError`; the
-driver prints it and exits 1.  Anything else escaping is a compiler bug.
+The errors moved to the IR layer so that the lexer, parsers and verifiers,
+which raise them, import nothing from the layer above (issue 12).
 """
-from __future__ import annotations
+from tcc.ir.diagnostics import Loc, SourceMap, TccError
 
-from tcc.ir.program import Loc, SourceMap
-
-
-class TccError(Exception):
-    def __init__(self, message: str, loc: Loc | None = None, source: SourceMap | None = None):
-        super().__init__(message)
-        self.message = message
-        self.loc = loc
-        self.source = source
-
-    def located(self, loc: Loc | None, source: SourceMap | None) -> "TccError":
-        """Attach a location if the error has none yet."""
-        if self.loc is None and loc is not None:
-            self.loc = loc
-        if self.source is None:
-            self.source = source
-        return self
-
-    def render(self) -> str:
-        src = self.source
-        if self.loc is None or src is None:
-            prefix = f"{src.filename}: " if src is not None else ""
-            return f"{prefix}error: {self.message}"
-        lines = src.text.splitlines()
-        line = lines[self.loc.line - 1] if 0 < self.loc.line <= len(lines) else ""
-        # Columns count characters, a tab as one: the caret line repeats the
-        # prefix's tabs so that it lines up under the tab stops the terminal uses.
-        prefix = line[: self.loc.col - 1]
-        caret = "".join(ch if ch == "\t" else " " for ch in prefix) + " " * (self.loc.col - 1 - len(prefix)) + "^"
-        return f"{src.filename}:{self.loc.line}:{self.loc.col}: error: {self.message}\n{line}\n{caret}"
-
-    def __str__(self) -> str:
-        return self.render()
+__all__ = ["Loc", "SourceMap", "TccError"]

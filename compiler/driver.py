@@ -24,7 +24,7 @@ import tempfile
 import traceback
 from typing import IO, Any, Callable, Mapping, Sequence
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 TARGETS = ["cpu", "cuda", "cuda-sim"]
 EMITS = ["index", "loops", "llvm", "ptx", "asm"]
@@ -378,7 +378,7 @@ def _emit_target(args: argparse.Namespace) -> str:
 def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
     """The passes that take the program to the level ``--emit`` asks for."""
     from tcc.build import compile_pipeline, default_pipeline
-    from tcc.pass_base import Level
+    from tcc.passes.pass_base import Level
     from tcc.pipeline import check_levels, parse_pipeline
 
     if args.emit == "index":

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 DEFAULT_SIZES = (5, 4, 6, 3, 7)
 FULL_CHECK_LIMIT = 512

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import (
     ONE,
     ZERO,

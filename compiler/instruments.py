@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any, Collection, TextIO
 
-from tcc.diagnostics import TccError
-from tcc.pass_base import Level, Pass
+from tcc.ir.diagnostics import TccError
+from tcc.passes.pass_base import Level, Pass
 
 ALL = "all"
 

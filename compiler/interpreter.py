@@ -47,7 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program

@@ -24,8 +24,8 @@ import types
 import typing
 from typing import Any, Iterable, Protocol, Sequence
 
-from tcc.diagnostics import TccError
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.ir.diagnostics import TccError
+from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.registry import get_pass_class
 
 DEFAULT_GRAD_PIPELINE = (

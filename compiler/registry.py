@@ -17,8 +17,8 @@ import importlib
 import importlib.metadata
 from typing import Any
 
-from tcc.diagnostics import TccError
-from tcc.pass_base import Pass
+from tcc.ir.diagnostics import TccError
+from tcc.passes.pass_base import Pass
 from tcc.passes import BUILTIN_PASSES
 
 ENTRY_POINT_GROUP = "tcc.passes"

@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [

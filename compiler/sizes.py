@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Access, CSum, Expr, MatrixFn, Sum, Where, postorder
 from tcc.ir.index import Affine, Compare, Cond, Mod, Not, format_affine
 from tcc.ir.program import Program, TensorDecl

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .expr import (
     MATMUL,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .expr import MATRIX_ARITY, UNARY_FUNCTIONS
-from .program import Loc, SourceMap
+from .diagnostics import Loc, SourceMap
 
 #: Words that can never be tensor, index or size names.
 KEYWORDS = frozenset(

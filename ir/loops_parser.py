@@ -36,14 +36,14 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Iterator
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .expr import MATRIX_ARITY, Expr
 from .index import Affine
 from .lexer import Token, tokenize
 from .loops import ROLES, Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from .parser import MAX_DEPTH, Parser
-from .program import Loc, SourceMap
+from .diagnostics import Loc, SourceMap
 
 __all__ = ["parse_loop_program", "LoopParser"]
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, postorder
 from .index import Affine, format_affine
@@ -75,7 +75,7 @@ from .loops import (
     strides_with,
     walk_stmts,
 )
-from .program import Loc, SourceMap
+from .diagnostics import Loc, SourceMap
 
 __all__ = ["verify_loops"]
 

@@ -29,7 +29,7 @@ import functools
 import re
 from typing import Iterable, Iterator
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
@@ -52,7 +52,8 @@ from .expr import (
 )
 from .index import Affine, And, Compare, Cond, Not, Or
 from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
-from .program import Definition, Loc, Program, SourceMap, TensorDecl
+from .diagnostics import Loc, SourceMap
+from .program import Definition, Program, TensorDecl
 
 __all__ = ["parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
 

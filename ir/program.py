@@ -9,26 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+from .diagnostics import Loc, SourceMap
 from .expr import Expr
 from .index import Affine
-
-
-@dataclass(frozen=True)
-class Loc:
-    line: int
-    col: int
-
-
-@dataclass(frozen=True)
-class SourceMap:
-    """Where things came from: the file name and text, plus node -> first location."""
-
-    filename: str
-    text: str
-    nodes: dict = field(default_factory=dict, compare=False, hash=False)
-
-    def loc_of(self, node: object) -> Loc | None:
-        return self.nodes.get(node)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ pass, so a pass that builds ill-formed IR is caught where it happens.
 """
 from __future__ import annotations
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where
 from .index import Affine, format_affine

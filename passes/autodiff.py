@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import (
     ONE,
     ZERO,
@@ -67,7 +67,7 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine, And, Compare, negate
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 @dataclass(frozen=True)

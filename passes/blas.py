@@ -70,7 +70,7 @@ from tcc.ir.expr import (
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 __all__ = ["Blas", "blas_program", "DEFAULT_MIN_WORK"]
 

@@ -48,7 +48,7 @@ from tcc.ir.expr import (
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import Facts, definition_facts
 from tcc.ir.program import Definition, Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 from tcc.ir.bounds import facts_at, uses
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.diagnostics import TccError
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.ir.diagnostics import TccError
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from typing import Iterable, Sequence
 from tcc.ir.expr import Access, Expr, fresh_name, postorder, transform
 from tcc.ir.index import Affine
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, strides_with, substitute_stmts
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.hoist import all_writes, bound_inside, loads, map_exprs, program_names, rename_reads
 
 # ---------------------------------------------------------------------------

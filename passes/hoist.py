@@ -71,7 +71,7 @@ from tcc.ir.expr import Access, Binary, Const, Expr, Unary, Where, fresh_name, p
 from tcc.ir.index import Affine, Compare, Cond, compare, make_and, negate
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, children
 from tcc.ir.polyhedra import Facts, program_facts
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 # ---------------------------------------------------------------------------
 # L2 dataflow helpers (shared by fuse, reuse-buffers and parallel)

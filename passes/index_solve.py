@@ -25,7 +25,7 @@ from tcc.ir.index import Affine, Compare, Cond, compare, conjuncts, make_and
 from tcc.ir.constrained_sums import eliminate_var_atoms
 from tcc.ir.program import Program
 from tcc.ir.smith import solve_integer_system
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 def _linear_split(a: Affine, variables: list[str]) -> tuple[list[int], Affine] | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.expr import CSum, Expr, MatrixFn, Sum, postorder, rebuild
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, format_affine
@@ -26,7 +26,7 @@ from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
 from tcc.ir.verifier import matrix_extents, verify
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 @dataclass(frozen=True)

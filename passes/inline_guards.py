@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tcc.ir.expr import Access, CSum, Expr, MatrixFn, Sum, is_guard, postorder, substitute, transform
 from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 def _delta_shaped(d: Definition) -> bool:

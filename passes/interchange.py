@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, reduction_band, stride_cost
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 def _band(loop: For) -> list[For] | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.expr import (
     Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder, trampoline,
@@ -38,7 +38,7 @@ from tcc.ir.expr import (
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.program import Definition, Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 ZERO = Affine.constant(0)
 

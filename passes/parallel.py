@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
 from tcc.ir.loops import For, Kernel, LoopProgram, strides_with
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.fuse import buffer_accesses
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
 from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, fold_bounds, strides_with
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 def _interior(bounds: tuple[Affine, ...], var: str, lower: bool, sizes: set[str]) -> tuple[list[Affine], list[Affine], tuple[Affine, ...]] | None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import CSum, Expr, all_names, transform
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.program import Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 def bound_sums(e: Expr, taken: set[str]) -> Expr:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from tcc.ir.expr import Access, Const, Expr, postorder, transform
 from tcc.ir.index import Affine
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band, stride_cost
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 class _ReduceInPlace:

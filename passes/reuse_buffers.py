@@ -26,7 +26,7 @@ from typing import Sequence
 
 from tcc.ir.expr import Access, Expr, transform
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, LoopProgram, Stmt, Store
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.hoist import all_writes, map_exprs, read_names
 
 

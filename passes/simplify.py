@@ -47,7 +47,7 @@ from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_a
 from tcc.ir.constrained_sums import rewrite_indices
 from tcc.ir.polyhedra import Facts, definition_facts, program_facts
 from tcc.ir.program import Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 # ---------------------------------------------------------------------------

@@ -64,7 +64,7 @@ from tcc.ir.expr import Access, Const, fresh_name
 from tcc.ir.index import Affine, Compare
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store, substitute_stmts, walk_stmts
 from tcc.ir.polyhedra import program_facts
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.hoist import program_names, read_names
 
 #: what an extent that is not a constant counts as when estimating work

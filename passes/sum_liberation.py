@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tcc.ir.expr import ZERO, Binary, CSum, Expr, Step, Sum, Unary, Where, free_names, is_zero, rebuild, trampoline
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.program import Program
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 @dataclass

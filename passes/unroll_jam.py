@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 from tcc.ir.expr import Access, Expr, fresh_name, postorder
 from tcc.ir.index import Affine
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, fold_bounds, reduction_band, substitute_stmts, walk_stmts
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 
 
 # ---------------------------------------------------------------------------

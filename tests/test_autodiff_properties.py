@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, note, settings, strategies as st
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.pipeline import run_pipeline
 from tcc.sizes import extents_shape
 

@@ -198,7 +198,7 @@ def test_check_gradients_sampled_for_large_tensors(monkeypatch):
 
 
 def test_check_gradients_errors(monkeypatch):
-    from tcc.diagnostics import TccError
+    from tcc.ir.diagnostics import TccError
 
     _fake_derivative(monkeypatch, SQUARE_GRAD)
     src = _parse(SQUARE)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 
 import tcc
 from compare import assert_matches_interpreter
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from test_autodiff_properties import inferred_programs, programs
 
 SETTINGS = settings(

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Binary, Const, Unary, trampoline
 from tcc.ir.parser import parse_program
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 TARGETS = [("cpu", "float64"), ("cpu", "float32"), ("cuda-sim", "float64"), ("cuda-sim", "float32")]
 

@@ -20,9 +20,9 @@ from hypothesis.control import currently_in_test_context
 
 import tcc
 from compare import assert_results_close, random_inputs
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.fdcheck import default_sizes
-from tcc.pass_base import PassContext
+from tcc.passes.pass_base import PassContext
 from tcc.pipeline import resolve_pipeline
 from tcc.sizes import extents_shape
 from test_autodiff_properties import SETTINGS, inferred_programs, programs

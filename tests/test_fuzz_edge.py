@@ -31,7 +31,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, example, given, note, settings, strategies as st
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
 from tcc.interpreter import evaluate
 from tcc.sizes import extents_shape

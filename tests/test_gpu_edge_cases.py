@@ -35,7 +35,7 @@ from tcc.backends.llvm import grid_band, lower_program
 from tcc.instruments import VerifyEach
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
-from tcc.pass_base import Level
+from tcc.passes.pass_base import Level
 from tcc.pipeline import run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

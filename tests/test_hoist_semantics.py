@@ -27,7 +27,7 @@ import pytest
 import tcc
 from tcc.interpreter import evaluate
 from tcc.ir.loops_parser import parse_loop_program
-from tcc.pass_base import Level
+from tcc.passes.pass_base import Level
 from tcc.pipeline import run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

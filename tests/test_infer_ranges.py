@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 
 def inferred(src: str) -> str:

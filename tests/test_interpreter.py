@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.interpreter import evaluate, evaluate_expr
 from tcc.ir.expr import Access, Binary, Const, CSum, Sum, Unary, Where, UNARY_FUNCTIONS
 from tcc.ir.index import Affine, And, Compare, Not, Or

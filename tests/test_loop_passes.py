@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.interpreter import evaluate
 from tcc.ir.loops import For, LoopProgram
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
-from tcc.pass_base import Level
+from tcc.passes.pass_base import Level
 from tcc.pipeline import parse_pipeline, run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

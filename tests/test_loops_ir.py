@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.instruments import DumpIR, VerifyEach, dump_suffix
 from tcc.ir.expr import Access, Binary, Const, CSum, Sum, Unary, Where
 from tcc.ir.index import Affine, And, Compare, Not, Or
@@ -16,7 +16,7 @@ from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopPr
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
 from tcc.ir.program import Loc
-from tcc.pass_base import Level, Pass
+from tcc.passes.pass_base import Level, Pass
 from tcc.pipeline import run_pipeline
 
 V, C = Affine.var, Affine.constant

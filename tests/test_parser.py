@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import UNARY_FUNCTIONS, Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, And, Compare, FloorDiv, Mod, Not, Or
 from tcc.ir.parser import parse_cond, parse_expr, parse_index, parse_program

@@ -15,7 +15,7 @@ import pytest
 import tcc
 from compare import assert_matches_interpreter
 from conftest import RECORDED_DERIVATIVES
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.fdcheck import default_sizes
 
 pytestmark = [pytest.mark.recorded_corpus, pytest.mark.slow]

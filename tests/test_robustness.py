@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 
 NAMES = ["x", "y", "s", "f", "g"]
 INDICES = ["i", "j", "k", "n"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.driver import main
 
 

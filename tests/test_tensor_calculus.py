@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.driver import main
 from tcc.ir.lippmann import parse_lippmann
 

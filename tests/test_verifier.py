@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import pytest
 
 import tcc
-from tcc.diagnostics import TccError
+from tcc.ir.diagnostics import TccError
 from tcc.instruments import VerifyEach
 from tcc.ir.expr import Access, Const, Where, transform
 from tcc.ir.index import Affine, Compare
 from tcc.ir.program import Definition, Program, TensorDecl
 from tcc.ir.verifier import verify
-from tcc.pass_base import Level, Pass, PassContext
+from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.pipeline import parse_pipeline, run_pipeline
 
 
