@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from tcc.ir.diagnostics import TccError
-
+from .diagnostics import TccError
 from .expr import Access, CSum, Expr, Sum, Where
 from .index import Affine, Compare, format_affine, negate
 from .polyhedra import Facts, definition_facts, expression_range

@@ -29,8 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from tcc.ir.diagnostics import TccError
-
+from .diagnostics import TccError
 from .expr import (
     MATMUL,
     MATRIX_FUNCTIONS,

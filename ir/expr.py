@@ -11,9 +11,9 @@ printer shows, and ``simplify`` is an explicit, dumpable step.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Generator, Iterator, Mapping
+from typing import Any, Callable, Generator, Mapping, Tuple, Union
 
-from .index import Affine, Cond, conjuncts
+from .index import Affine, Cond, format_affine, format_cond, format_conjunct
 
 UNARY_FUNCTIONS = (
     "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -64,8 +64,6 @@ class Expr:
         return ()
 
     def __str__(self) -> str:
-        from .printer import format_expr
-
         return format_expr(self)
 
     def __repr__(self) -> str:
@@ -238,14 +236,6 @@ def neg(e: Expr) -> Expr:
     return Unary("neg", e)
 
 
-def add(a: Expr, b: Expr) -> Expr:
-    return Binary("+", a, b)
-
-
-def mul(a: Expr, b: Expr) -> Expr:
-    return Binary("*", a, b)
-
-
 def is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0
 
@@ -290,10 +280,6 @@ def postorder(root: Expr) -> list[Expr]:
             if c not in seen:
                 push(c)
     return out
-
-
-def walk(root: Expr) -> Iterator[Expr]:
-    return iter(postorder(root))
 
 
 def rebuild(node: Expr, children: tuple[Expr, ...]) -> Expr:
@@ -511,10 +497,6 @@ def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
     return f"{base}{k}"
 
 
-def where_conjuncts(e: Where) -> tuple[Cond, ...]:
-    return conjuncts(e.cond)
-
-
 # ---------------------------------------------------------------------------
 # Deep trees without deep recursion
 # ---------------------------------------------------------------------------
@@ -559,3 +541,135 @@ def trampoline(step: Step) -> Any:
         stack.append(request)
         value, error = None, None
     return value
+
+
+# ---------------------------------------------------------------------------
+# Text form (``str(node)``; ``printer.format_program`` prints whole programs)
+# ---------------------------------------------------------------------------
+#
+# The printed text parses back to the same node.  Parentheses are the minimal
+# ones that make the parse unambiguous: the right operand of a
+# left-associative operator is parenthesised at equal precedence, because
+# ``a + (b + c)`` and ``a + b + c`` are different trees.
+
+# precedence levels
+_ADD, _MUL, _UNARY, _POW, _ATOM = 1, 2, 3, 4, 5
+_BIN_LEVEL = {"+": _ADD, "-": _ADD, "*": _MUL, "/": _MUL, "**": _POW}
+
+
+def format_const(value: int | float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    text = repr(float(value))
+    return text
+
+
+def _level(e: Expr) -> int:
+    if isinstance(e, Binary):
+        return _BIN_LEVEL[e.op]
+    if isinstance(e, Unary) and e.op == "neg":
+        return _UNARY
+    if isinstance(e, Const) and (e.value < 0 or (isinstance(e.value, float) and str(e.value).startswith("-"))):
+        return _UNARY
+    return _ATOM
+
+
+def _bounds(items: tuple[Affine, ...], fn: str) -> str:
+    if len(items) == 1:
+        return format_affine(items[0])
+    return f"{fn}({', '.join(format_affine(a) for a in items)})"
+
+
+#: What the printer's work stack holds: text to write, or a node to print
+#: with the precedence its position requires.
+_Item = Union[str, Tuple[Expr, int]]
+
+
+class ExprPrinter:
+    """Prints expressions with an explicit work stack, never by recursion.
+
+    A flat sum of 100,000 terms is a left-deep tree 100,000 levels deep, and
+    passes build such chains too (an adjoint accumulates one term per use):
+    a recursive printer overflows Python's stack at a few hundred levels.
+    The text is written piece by piece into one list, so printing costs time
+    linear in its length; caching each node's whole string, as a recursive
+    printer naturally does, would copy every prefix of a long chain and be
+    quadratic.  Only leaves (accesses, constants) are cached: they repeat.
+    """
+
+    def __init__(self) -> None:
+        self.leaves: dict[int, str] = {}
+
+    def expr(self, e: Expr) -> str:
+        return self._write([(e, 0)])
+
+    def _write(self, stack: list[_Item]) -> str:
+        out: list[str] = []
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                out.append(item)
+                continue
+            e, min_level = item
+            if isinstance(e, (Const, Access, MatrixFn)):
+                text = self.leaves.get(id(e))
+                if text is None:
+                    text = self.leaves[id(e)] = _leaf(e)
+                out.append(f"({text})" if _level(e) < min_level else text)
+                continue
+            pieces = self._pieces(e)
+            if _level(e) < min_level:
+                pieces = ["(", *pieces, ")"]
+            stack.extend(reversed(pieces))
+        return "".join(out)
+
+    @staticmethod
+    def _pieces(e: Expr) -> list[_Item]:
+        """The node's text, with its operands left as (node, precedence) items."""
+        if isinstance(e, Unary):
+            if e.op == "neg":
+                if isinstance(e.operand, Const):
+                    # "-3" is the literal Const(-3); keep the negation visible
+                    return ["-(", (e.operand, 0), ")"]
+                return ["-", (e.operand, _POW)]
+            return [f"{e.op}(", (e.operand, 0), ")"]
+        if isinstance(e, Binary):
+            lvl = _BIN_LEVEL[e.op]
+            if e.op == "**":
+                # right-associative; the exponent may be a unary minus expression
+                return [(e.lhs, _ATOM), "**", (e.rhs, _UNARY)]
+            return [(e.lhs, lvl), f" {e.op} ", (e.rhs, lvl + 1)]
+        if isinstance(e, Where):
+            return [f"where({format_cond(e.cond)}, ", (e.then, 0), ", ", (e.other, 0), ")"]
+        if isinstance(e, Sum):
+            heads = []
+            node: Expr = e
+            while isinstance(node, Sum):
+                if node.has_range:
+                    heads.append(f"{node.var}: {_bounds(node.lo, 'max')}..{_bounds(node.hi, 'min')}")
+                else:
+                    heads.append(node.var)
+                node = node.body
+                # only merge a chain where every link has a range or none has
+                if isinstance(node, Sum) and node.has_range != e.has_range:
+                    break
+            return [f"sum[{', '.join(heads)}](", (node, 0), ")"]
+        if isinstance(e, CSum):
+            cons = ", ".join(format_conjunct(c) for c in e.constraints)
+            return [f"sum[{', '.join(e.vars)} | {cons}](", (e.body, 0), ")"]
+        raise TypeError(f"cannot print {type(e).__name__}")
+
+
+def _leaf(e: Expr) -> str:
+    if isinstance(e, Const):
+        return format_const(e.value)
+    if isinstance(e, Access):
+        if not e.indices:
+            return e.tensor
+        return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
+    assert isinstance(e, MatrixFn)
+    return f"{e.fn}({', '.join(e.args)})"
+
+
+def format_expr(e: Expr) -> str:
+    return ExprPrinter().expr(e)

@@ -268,8 +268,6 @@ class Cond:
         raise NotImplementedError
 
     def __str__(self) -> str:
-        from .printer import format_cond
-
         return format_cond(self)
 
 
@@ -295,11 +293,6 @@ class Compare(Cond):
             ">": lambda: a > b,
             ">=": lambda: a >= b,
         }[self.op]()
-
-    @property
-    def difference(self) -> Affine:
-        return self.lhs - self.rhs
-
 
 
 @dataclass(frozen=True)
@@ -353,6 +346,44 @@ class Not(Cond):
         v = self.part.evaluate(env)
         return ~v if hasattr(v, "dtype") else (not v)
 
+
+# precedence of the condition operators, loosest first
+_OR_LEVEL, _AND_LEVEL, _NOT_LEVEL, _CMP_LEVEL = 1, 2, 3, 4
+
+
+def _cond_level(c: Cond) -> int:
+    if isinstance(c, Or):
+        return _OR_LEVEL
+    if isinstance(c, And):
+        return _AND_LEVEL
+    if isinstance(c, Not):
+        return _NOT_LEVEL
+    return _CMP_LEVEL
+
+
+def format_cond(c: Cond, min_level: int = 0) -> str:
+    """The condition in the language, parenthesised only where ``min_level`` needs it.
+
+    It lives beside the condition classes (as :func:`format_affine` beside
+    ``Affine``) so that ``str(cond)`` needs no module above this one.
+    """
+    if isinstance(c, Compare):
+        s = f"{format_affine(c.lhs)} {c.op} {format_affine(c.rhs)}"
+    elif isinstance(c, And):
+        s = " and ".join(format_conjunct(p) for p in c.parts)
+    elif isinstance(c, Or):
+        s = " or ".join(format_cond(p, _OR_LEVEL + 1) for p in c.parts)
+    elif isinstance(c, Not):
+        s = "not " + format_cond(c.part, _NOT_LEVEL)
+    else:
+        raise TypeError(c)
+    return f"({s})" if _cond_level(c) < min_level else s
+
+
+def format_conjunct(c: Cond) -> str:
+    """The condition as one part of a conjunction (an ``or`` is parenthesised):
+    the constraints of a constrained sum are a conjunction written with commas."""
+    return format_cond(c, _AND_LEVEL + 1)
 
 
 def conjuncts(c: Cond) -> tuple[Cond, ...]:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from tcc.ir.diagnostics import TccError
-
+from .diagnostics import Loc, SourceMap, TccError
 from .expr import MATRIX_ARITY, UNARY_FUNCTIONS
-from .diagnostics import Loc, SourceMap
 
 #: Words that can never be tensor, index or size names.
 KEYWORDS = frozenset(

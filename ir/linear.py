@@ -89,11 +89,6 @@ class Linear:
     def is_constant(self) -> bool:
         return not self._terms
 
-    def is_integral(self) -> bool:
-        """True if every coefficient and the constant are integers, i.e. the
-        form maps integer symbol values to integers."""
-        return self._const.denominator == 1 and all(c.denominator == 1 for _, c in self._terms)
-
     def without_const(self) -> Linear:
         """The symbolic part only (useful for dominance comparisons)."""
         return Linear(self._terms, 0)

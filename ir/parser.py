@@ -29,8 +29,7 @@ import functools
 import re
 from typing import Iterable, Iterator
 
-from tcc.ir.diagnostics import TccError
-
+from .diagnostics import Loc, SourceMap, TccError
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
     MATMUL,
@@ -52,7 +51,6 @@ from .expr import (
 )
 from .index import Affine, And, Compare, Cond, Not, Or
 from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
-from .diagnostics import Loc, SourceMap
 from .program import Definition, Program, TensorDecl
 
 __all__ = ["parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]

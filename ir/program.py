@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from .diagnostics import Loc, SourceMap
-from .expr import Expr
+from .expr import Expr, all_names
 from .index import Affine
+from .printer import format_program
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,6 @@ class Program:
 
     def names_in_use(self) -> set[str]:
         """Every tensor, size and index name, bound or free: what a fresh name must avoid."""
-        from .expr import all_names
-
         names = set(self.tensor_names()) | set(self.sizes())
         for d in self.definitions:
             names.update(d.indices)
@@ -98,6 +97,4 @@ class Program:
         return replace(self, **kw)
 
     def __str__(self) -> str:
-        from .printer import format_program
-
         return format_program(self)

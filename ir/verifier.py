@@ -8,9 +8,10 @@ pass, so a pass that builds ill-formed IR is caught where it happens.
 """
 from __future__ import annotations
 
-from tcc.ir.diagnostics import TccError
+from .diagnostics import TccError
 
-from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where
+from .bounds import prove_in_bounds
+from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, postorder
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
@@ -24,9 +25,6 @@ def verify(program: Program, bounds: bool = True) -> None:
     """
     _Verifier(program).run()
     if bounds:
-        from .bounds import prove_in_bounds
-        from .expr import postorder
-
         sizes = program.sizes()
         for d in program.definitions:
             if d.extents is None or any(isinstance(n, Sum) and not n.has_range for n in postorder(d.body)):
@@ -189,13 +187,6 @@ class _Verifier:
             for n in ix.names():
                 if n not in scope and n not in self.sizes:
                     raise self.error(f"unbound index '{n}' in {text}", loc)
-
-
-def check_affine_names(a: Affine, allowed: set[str]) -> str | None:
-    for n in a.names():
-        if n not in allowed:
-            return n
-    return None
 
 
 def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None:

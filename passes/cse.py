@@ -45,12 +45,11 @@ from tcc.ir.expr import (
     substitute,
     trampoline,
 )
-from tcc.ir.index import Affine, Compare
+from tcc.ir.bounds import facts_at, uses
+from tcc.ir.index import Affine, Compare, negate
 from tcc.ir.polyhedra import Facts, definition_facts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
-
-from tcc.ir.bounds import facts_at, uses
 
 
 def _size(e: Expr, memo: dict[Expr, int]) -> int:
@@ -255,8 +254,6 @@ def _rewrite_checked(program: Program, body: Expr, replace: dict[int, Expr], fac
         if new is not None and _in_bounds_everywhere(program, new, f):
             return new
         if isinstance(e, Where):
-            from tcc.ir.index import negate
-
             then = yield visit(e.then, f.with_cond(e.cond))
             other = yield visit(e.other, f.with_cond(negate(e.cond)))
             return Where(e.cond, then, other)

@@ -329,14 +329,10 @@ def _extent(hi: Affine) -> Affine:
 
 
 def _unranged_sums(e: Expr) -> list[Sum]:
-    from tcc.ir.expr import postorder
-
     return [n for n in postorder(e) if isinstance(n, Sum) and not n.has_range]
 
 
 def _ranged_sums(e: Expr) -> list[Sum]:
-    from tcc.ir.expr import postorder
-
     return [n for n in postorder(e) if isinstance(n, Sum) and n.has_range]
 
 

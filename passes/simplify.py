@@ -42,6 +42,7 @@ from tcc.ir.expr import (
     rebuild,
     substitute,
     trampoline,
+    transform,
 )
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_and, negate
 from tcc.ir.constrained_sums import rewrite_indices
@@ -262,8 +263,6 @@ def _use_divisibility(e: Expr, cond: Cond) -> Expr:
 
 
 def fold_all(e: Expr) -> Expr:
-    from tcc.ir.expr import transform
-
     return transform(e, fold)
 
 
