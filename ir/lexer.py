@@ -78,6 +78,38 @@ def _is_digit(ch: str) -> bool:
     return "0" <= ch <= "9"
 
 
+def _scan_number(text: str, i: int) -> tuple[str, int, bool]:
+    """The number literal starting at ``i``: its kind (``INT`` or ``FLOAT``), the
+    offset after it, and whether it is malformed.  A malformed literal is read
+    to its end (letters, digits, single dots) so the error quotes all of it."""
+    n = len(text)
+    kind = "INT"
+    while i < n and _is_digit(text[i]):
+        i += 1
+    # '.' starts a fraction unless it is the range operator '..'
+    if i < n and text[i] == "." and not (i + 1 < n and text[i + 1] == "."):
+        kind = "FLOAT"
+        i += 1
+        while i < n and _is_digit(text[i]):
+            i += 1
+    malformed = False
+    if i < n and text[i] in "eE":
+        kind = "FLOAT"
+        i += 1
+        if i < n and text[i] in "+-":
+            i += 1
+        if i < n and _is_digit(text[i]):
+            while i < n and _is_digit(text[i]):
+                i += 1
+        else:
+            malformed = True
+    # a number glued to letters, digits or a single '.' is malformed: 2x, 1.5.3, 1e
+    while i < n and (_is_name_char(text[i]) or (text[i] == "." and not (i + 1 < n and text[i + 1] == "."))):
+        malformed = True
+        i += 1
+    return kind, i, malformed
+
+
 def tokenize(text: str, source: SourceMap | None = None) -> Iterator[Token]:
     """Yield the tokens of ``text``; the last one is ``EOF``.  Raises :class:`TccError`."""
     if source is None:
@@ -116,30 +148,7 @@ def tokenize(text: str, source: SourceMap | None = None) -> Iterator[Token]:
                 i += 1
             yield Token("NAME", text[start:i], line, col, start, i)
         elif _is_digit(ch) or (ch == "." and i + 1 < n and _is_digit(text[i + 1])):
-            kind = "INT"
-            while i < n and _is_digit(text[i]):
-                i += 1
-            # '.' starts a fraction unless it is the range operator '..'
-            if i < n and text[i] == "." and not (i + 1 < n and text[i + 1] == "."):
-                kind = "FLOAT"
-                i += 1
-                while i < n and _is_digit(text[i]):
-                    i += 1
-            malformed = False
-            if i < n and text[i] in "eE":
-                kind = "FLOAT"
-                i += 1
-                if i < n and text[i] in "+-":
-                    i += 1
-                if i < n and _is_digit(text[i]):
-                    while i < n and _is_digit(text[i]):
-                        i += 1
-                else:
-                    malformed = True
-            # a number glued to letters, digits or a single '.' is malformed: 2x, 1.5.3, 1e
-            while i < n and (_is_name_char(text[i]) or (text[i] == "." and not (i + 1 < n and text[i + 1] == "."))):
-                malformed = True
-                i += 1
+            kind, i, malformed = _scan_number(text, i)
             word = text[start:i]
             if malformed:
                 raise err(f"malformed number '{word}'", start)

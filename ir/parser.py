@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from .diagnostics import Loc, SourceMap, TccError
@@ -59,6 +60,18 @@ MAX_DEPTH = 100  # nesting levels; deeper input is reported instead of overflowi
 
 _FUNCTIONS = frozenset(UNARY_FUNCTIONS)
 _DECL_WORDS = ("input", "output", "local")
+
+
+@dataclass
+class _Statements:
+    """What :meth:`Parser.program` has read so far; names map in file order."""
+
+    inputs: list[TensorDecl] = field(default_factory=list)
+    declared: dict[str, Token] = field(default_factory=dict)  # every declared name (input, output, local)
+    fixed: list[tuple[str, str, Token, tuple[Affine, ...] | None]] = field(default_factory=list)  # output/local
+    defs: dict[str, tuple[Token, tuple[str, ...], Expr]] = field(default_factory=dict)
+    shapes: dict[str, tuple[Affine, ...] | None] = field(default_factory=dict)  # extents known while parsing
+    whole: set[str] = field(default_factory=set)  # definitions written as whole-tensor expressions
 
 
 class Parser:
@@ -132,12 +145,7 @@ class Parser:
 
     # -- programs ---------------------------------------------------------
     def program(self) -> Program:
-        inputs: list[TensorDecl] = []
-        declared: dict[str, Token] = {}  # every declared name (input, output, local)
-        fixed: list[tuple[str, str, Token, tuple[Affine, ...] | None]] = []  # output/local decls
-        defs: dict[str, tuple[Token, tuple[str, ...], Expr]] = {}
-        shapes: dict[str, tuple[Affine, ...] | None] = {}  # extents known while parsing (for whole-tensor forms)
-        whole: set[str] = set()  # definitions written as whole-tensor expressions
+        st = _Statements()
         while True:
             while self.peek().kind == "NEWLINE":
                 self.advance()
@@ -146,76 +154,85 @@ class Parser:
                 break
             if tok.is_word(*_DECL_WORDS):
                 self.advance()
-                while True:
-                    ntok = self.name("a tensor name")
-                    if ntok.value in declared:
-                        raise self.error(f"'{ntok.value}' is already declared", ntok)
-                    if tok.value == "input" and ntok.value in defs:
-                        raise self.error(f"'{ntok.value}' is already defined", ntok)
-                    extents: tuple[Affine, ...] | None = None
-                    if self.peek().is_op("["):
-                        extents = self.index_list()
-                    declared[ntok.value] = ntok
-                    if tok.value == "input":
-                        inputs.append(TensorDecl(ntok.value, extents or (), ntok.loc))
-                        shapes[ntok.value] = extents or ()
-                    else:
-                        fixed.append((tok.value, ntok.value, ntok, extents))
-                        if extents is not None and ntok.value not in shapes:
-                            shapes[ntok.value] = extents  # whole-tensor expressions may read it
-                    if not self.peek().is_op(","):
-                        break
-                    self.advance()
+                self.declarations(st, tok.value)
             elif tok.kind == "NAME":
-                ntok = self.name("a declaration or definition")
-                if ntok.value in defs:
-                    raise self.error(f"'{ntok.value}' is already defined", ntok)
-                if any(d.name == ntok.value for d in inputs):
-                    raise self.error(f"cannot redefine input '{ntok.value}'", ntok)
-                indices: list[str] = []
-                if self.peek().is_op("["):
-                    self.advance()
-                    while True:
-                        itok = self.name("an index name")
-                        if itok.value in indices:
-                            raise self.error(f"index '{itok.value}' appears twice on the left-hand side", itok)
-                        indices.append(itok.value)
-                        if self.peek().is_op(","):
-                            self.advance()
-                            continue
-                        self.expect("]")
-                        break
-                self.expect("=")
-                self.scope = list(indices)
-                orders = {d.name: len(d.extents) for d in inputs} | {n: len(v[1]) for n, v in defs.items()}
-                if not indices and starts_tensor_expression(self, orders):
-                    taken = (set(declared) | set(defs) | self.defined_names
-                             | {n for d in inputs for e in d.extents for n in e.names()})
-                    tp = TensorExprParser(self, orders, shapes, taken)
-                    outlined, d = tp.definition(ntok.value, ntok)
-                    for o in outlined + [d]:
-                        defs[o.name] = (ntok, o.indices, o.body)
-                        shapes[o.name] = o.extents
-                        whole.add(o.name)
-                    body = d.body
-                elif self.peek().is_word(*MATRIX_ARITY) and self.peek(1).is_op("("):
-                    body = self.matrix_definition(ntok, indices)
-                    defs[ntok.value] = (ntok, tuple(indices), body)
-                else:
-                    body = self.expr()
-                    defs[ntok.value] = (ntok, tuple(indices), body)
-                self.scope = []
+                self.definition(st)
             else:
                 raise self.unexpected("a declaration or definition", tok)
             if not self.at_end_of_statement():
                 raise self.unexpected("end of line")
+        return self.assemble(st)
 
+    def declarations(self, st: _Statements, kind: str) -> None:
+        """The names after ``input``, ``output`` or ``local`` (the ``kind``)."""
+        while True:
+            ntok = self.name("a tensor name")
+            if ntok.value in st.declared:
+                raise self.error(f"'{ntok.value}' is already declared", ntok)
+            if kind == "input" and ntok.value in st.defs:
+                raise self.error(f"'{ntok.value}' is already defined", ntok)
+            extents: tuple[Affine, ...] | None = None
+            if self.peek().is_op("["):
+                extents = self.index_list()
+            st.declared[ntok.value] = ntok
+            if kind == "input":
+                st.inputs.append(TensorDecl(ntok.value, extents or (), ntok.loc))
+                st.shapes[ntok.value] = extents or ()
+            else:
+                st.fixed.append((kind, ntok.value, ntok, extents))
+                if extents is not None and ntok.value not in st.shapes:
+                    st.shapes[ntok.value] = extents  # whole-tensor expressions may read it
+            if not self.peek().is_op(","):
+                break
+            self.advance()
+
+    def definition(self, st: _Statements) -> None:
+        """``NAME[indices] = ...``: element-wise, a whole-tensor expression or a matrix function."""
+        ntok = self.name("a declaration or definition")
+        if ntok.value in st.defs:
+            raise self.error(f"'{ntok.value}' is already defined", ntok)
+        if any(d.name == ntok.value for d in st.inputs):
+            raise self.error(f"cannot redefine input '{ntok.value}'", ntok)
+        indices: list[str] = []
+        if self.peek().is_op("["):
+            self.advance()
+            while True:
+                itok = self.name("an index name")
+                if itok.value in indices:
+                    raise self.error(f"index '{itok.value}' appears twice on the left-hand side", itok)
+                indices.append(itok.value)
+                if self.peek().is_op(","):
+                    self.advance()
+                    continue
+                self.expect("]")
+                break
+        self.expect("=")
+        self.scope = list(indices)
+        orders = {d.name: len(d.extents) for d in st.inputs} | {n: len(v[1]) for n, v in st.defs.items()}
+        if not indices and starts_tensor_expression(self, orders):
+            taken = (set(st.declared) | set(st.defs) | self.defined_names
+                     | {n for d in st.inputs for e in d.extents for n in e.names()})
+            tp = TensorExprParser(self, orders, st.shapes, taken)
+            outlined, d = tp.definition(ntok.value, ntok)
+            for o in outlined + [d]:
+                st.defs[o.name] = (ntok, o.indices, o.body)
+                st.shapes[o.name] = o.extents
+                st.whole.add(o.name)
+        elif self.peek().is_word(*MATRIX_ARITY) and self.peek(1).is_op("("):
+            st.defs[ntok.value] = (ntok, tuple(indices), self.matrix_definition(ntok, indices))
+        else:
+            st.defs[ntok.value] = (ntok, tuple(indices), self.expr())
+        self.scope = []
+
+    def assemble(self, st: _Statements) -> Program:
+        """The program once every line is read: each declared output or local
+        is defined, and its extents are the declared or the inferred ones."""
         extents_of: dict[str, tuple[Affine, ...] | None] = {}
-        for kind, name, ntok, ext in fixed:
-            if name not in defs:
+        for kind, name, ntok, ext in st.fixed:
+            if name not in st.defs:
                 raise self.error(f"{kind} '{name}' has no definition", ntok)
-            if name in whole:
-                unified = shapes.get(name)
+            if name in st.whole:
+                unified = st.shapes.get(name)
                 if ext is not None and unified is not None and tuple(ext) != tuple(unified):
                     have = ", ".join(str(e) for e in unified)
                     raise self.error(
@@ -224,22 +241,22 @@ class Parser:
                         ntok,
                     )
                 ext = unified if ext is None else ext
-            if ext is None and not defs[name][1]:
+            if ext is None and not st.defs[name][1]:
                 ext = ()  # `output g` for a scalar definition g
             extents_of[name] = ext
-        sizes = {n for d in inputs for e in d.extents for n in e.names()}
+        sizes = {n for d in st.inputs for e in d.extents for n in e.names()}
         definitions = tuple(
             Definition(
                 name,
                 indices,
-                body if name in whole else self.implicit_sums(ntok, body, indices, sizes),
-                extents_of[name] if name in extents_of else (shapes.get(name) if name in whole else None),
+                body if name in st.whole else self.implicit_sums(ntok, body, indices, sizes),
+                extents_of[name] if name in extents_of else (st.shapes.get(name) if name in st.whole else None),
                 ntok.loc,
             )
-            for name, (ntok, indices, body) in defs.items()
+            for name, (ntok, indices, body) in st.defs.items()
         )
-        outputs = tuple(name for kind, name, _, _ in fixed if kind == "output")
-        return Program(tuple(inputs), definitions, outputs, source=self.source)
+        outputs = tuple(name for kind, name, _, _ in st.fixed if kind == "output")
+        return Program(tuple(st.inputs), definitions, outputs, source=self.source)
 
     @functools.cached_property
     def defined_names(self) -> frozenset[str]:
@@ -319,13 +336,13 @@ class Parser:
             )
         return node
 
-    def index_list(self) -> tuple[Affine, ...]:
-        self.expect("[")
+    def index_list(self, open_: str = "[", close: str = "]") -> tuple[Affine, ...]:
+        self.expect(open_)
         items = [self.index()]
         while self.peek().is_op(","):
             self.advance()
             items.append(self.index())
-        self.expect("]")
+        self.expect(close)
         return tuple(items)
 
     # -- scalar expressions -------------------------------------------------
@@ -481,13 +498,7 @@ class Parser:
                 where = "a lower" if tok.value == "max" else "an upper"
                 raise self.error(f"'{tok.value}(...)' is only allowed in {where} bound", tok)
             self.advance()
-            self.expect("(")
-            items = [self.index()]
-            while self.peek().is_op(","):
-                self.advance()
-                items.append(self.index())
-            self.expect(")")
-            return tuple(items)
+            return self.index_list("(", ")")
         return (self.index(),)
 
     # -- index expressions --------------------------------------------------

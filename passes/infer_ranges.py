@@ -66,51 +66,93 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
     bounded_csums = {id(n): n for n in csums if _is_bounded(n)}
     if d.extents is not None and not unknown_sums and len(bounded_csums) == len(csums):
         return d
-    base = program_facts(sizes)
-    # known ranges: name/sum-node -> (lo, hi) lists of affine expressions in sizes
-    lhs_known: dict[str, tuple[tuple[Affine, ...], tuple[Affine, ...]]] = {}
-    if d.extents is not None:
-        for i, e in zip(d.indices, d.extents):
-            lhs_known[i] = ((Affine.constant(0),), (e - 1,))
-    sum_known: dict[int, tuple[tuple[Affine, ...], tuple[Affine, ...]]] = {}
-    for s in _ranged_sums(d.body):
-        sum_known[id(s)] = (s.lo, s.hi)
-    # a constrained sum whose own constraints bound its variables is "known" through them;
-    # the variables of an unbounded one get box ranges inferred like sum[k]
-    csum_known: dict[tuple, tuple[tuple[Affine, ...], tuple[Affine, ...]]] = {}
-    pending_csum_vars = {("csum", id(n), v): n for n in csums if id(n) not in bounded_csums for v in n.vars}
-    pending_lhs = [i for i in d.indices if i not in lhs_known]
-    pending_sums: dict[object, Expr] = {id(s): s for s in unknown_sums}
-    pending_sums.update(pending_csum_vars)
-    all_uses = list(uses(d.body))
+    inference = _Inference(program, d, sizes, unknown_sums, csums, bounded_csums)
+    inference.solve()
+    return inference.filled()
 
-    def resolve(name: str, scopes: tuple) -> object:
+
+#: A known range: the lists of lower and upper bounds (affine in the sizes)
+#: whose max and min it is.
+_Range = tuple[tuple[Affine, ...], tuple[Affine, ...]]
+#: One round's findings per unknown: lower bounds, upper bounds, and the
+#: accesses that gave them (for the error when they cannot be ordered).
+_Progress = dict[object, tuple[list[Affine], list[Affine], list[str]]]
+
+
+class _Inference:
+    """The unknown ranges of one definition, found in rounds (see the module docstring).
+
+    An unknown is keyed by what it belongs to: a left-hand index by its name,
+    a sum by its node's ``id``, a variable of an unbounded constrained sum by
+    ``("csum", id, var)``.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        d: Definition,
+        sizes: Sequence[str],
+        unknown_sums: list[Sum],
+        csums: list[CSum],
+        bounded_csums: dict[int, CSum],
+    ) -> None:
+        self.program, self.d, self.sizes = program, d, sizes
+        self.bounded_csums = bounded_csums
+        self.base = program_facts(sizes)
+        # known ranges: name/sum-node -> (lo, hi) lists of affine expressions in sizes
+        self.lhs_known: dict[str, _Range] = {}
+        if d.extents is not None:
+            for i, e in zip(d.indices, d.extents):
+                self.lhs_known[i] = ((Affine.constant(0),), (e - 1,))
+        self.sum_known: dict[int, _Range] = {}
+        for s in _ranged_sums(d.body):
+            self.sum_known[id(s)] = (s.lo, s.hi)
+        # a constrained sum whose own constraints bound its variables is "known" through them;
+        # the variables of an unbounded one get box ranges inferred like sum[k]
+        self.csum_known: dict[tuple, _Range] = {}
+        pending_csum_vars = {("csum", id(n), v): n for n in csums if id(n) not in bounded_csums for v in n.vars}
+        self.pending_lhs = [i for i in d.indices if i not in self.lhs_known]
+        self.pending_sums: dict[object, Expr] = {id(s): s for s in unknown_sums}
+        self.pending_sums.update(pending_csum_vars)
+        self.all_uses = list(uses(d.body))
+
+    def resolve(self, name: str, scopes: tuple) -> object:
         for s in reversed(scopes):
             if isinstance(s, Sum) and s.var == name:
                 return id(s)
             if isinstance(s, CSum) and name in s.vars:
                 return ("csum", id(s), name)
-        if name in d.indices:
+        if name in self.d.indices:
             return name
         return None  # size
 
-    def known_range(key: object):  # noqa: ANN202 - a (lo, hi) range, a bounded CSum, or None
+    def known_range(self, key: object):  # noqa: ANN201 - a (lo, hi) range, a bounded CSum, or None
         if isinstance(key, str):
-            return lhs_known.get(key)
+            return self.lhs_known.get(key)
         if isinstance(key, int):
-            return sum_known.get(key)
-        if key in csum_known:
-            return csum_known[key]
-        return bounded_csums.get(key[1])
+            return self.sum_known.get(key)
+        if key in self.csum_known:
+            return self.csum_known[key]
+        return self.bounded_csums.get(key[1])
 
-    while pending_lhs or pending_sums:
-        progress: dict[object, tuple[list[Affine], list[Affine], list[str]]] = {}
-        for use in all_uses:
-            extents = program.extents_of(use.access.tensor)
+    def solve(self) -> None:
+        """Rounds until nothing is pending or a round bounds nothing; what is left is an error."""
+        while self.pending_lhs or self.pending_sums:
+            progress = self._round()
+            if not progress:
+                break
+            self._settle(progress)
+        self._check_all_known()
+
+    def _round(self) -> _Progress:
+        """Bounds on each unknown from the accesses in which it is the only unknown."""
+        progress: _Progress = {}
+        for use in self.all_uses:
+            extents = self.program.extents_of(use.access.tensor)
             if extents is None:
                 continue
             for ix, ext in zip(use.access.indices, extents):
-                found = _constrain(ix, ext, use.scopes, resolve, known_range, base, sizes)
+                found = _constrain(ix, ext, use.scopes, self.resolve, self.known_range, self.base, self.sizes)
                 if found is None:
                     continue
                 key, new_lows, new_highs = found
@@ -118,69 +160,76 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
                 lows.extend(new_lows)
                 highs.extend(new_highs)
                 why.append(str(use.access))
-        if not progress:
-            break
-        progress = {
-            k: v for k, v in progress.items() if v[1] and (isinstance(k, str) or v[0])
-        }  # a left-hand index needs an upper bound, a sum index both bounds
-        if not progress:
-            break
+        # a left-hand index needs an upper bound, a sum index both bounds
+        return {k: v for k, v in progress.items() if v[1] and (isinstance(k, str) or v[0])}
+
+    def _settle(self, progress: _Progress) -> None:
+        """Each unknown of the round gets the tightest of its bounds and is known from now on."""
+        d, program, base = self.d, self.program, self.base
         for key, (lows, highs, why) in progress.items():
             if isinstance(key, str):
                 hi = _tightest(highs, base, upper=True, what=f"the extent of '{d.name}' along '{key}'", why=why, d=d, program=program)
-                lhs_known[key] = ((Affine.constant(0),), (hi,))
-                pending_lhs.remove(key)
+                self.lhs_known[key] = ((Affine.constant(0),), (hi,))
+                self.pending_lhs.remove(key)
             else:
-                s = pending_sums.pop(key)
+                s = self.pending_sums.pop(key)
                 var = key[2] if isinstance(key, tuple) else s.var
                 lo = _tightest(lows, base, upper=False, what=f"the range of sum index '{var}'", why=why, d=d, program=program)
                 hi = _tightest(highs, base, upper=True, what=f"the range of sum index '{var}'", why=why, d=d, program=program)
-                (csum_known if isinstance(key, tuple) else sum_known)[key] = ((lo,), (hi,))
-    if pending_lhs:
-        i = pending_lhs[0]
-        raise TccError(
-            f"cannot infer the extent of '{d.name}' along index '{i}': no access bounds it; declare it with 'output {d.name}[...]'",
-            d.loc,
-            program.source,
-        )
-    if pending_sums:
-        key, s = next(iter(pending_sums.items()))
-        if isinstance(key, tuple):
+                (self.csum_known if isinstance(key, tuple) else self.sum_known)[key] = ((lo,), (hi,))
+
+    def _check_all_known(self) -> None:
+        d, program = self.d, self.program
+        if self.pending_lhs:
+            i = self.pending_lhs[0]
             raise TccError(
-                f"cannot infer the range of sum index '{key[2]}': neither the constraints of the sum"
-                f" nor an access bound it; add bounds such as 0 <= {key[2]} to the constraints",
+                f"cannot infer the extent of '{d.name}' along index '{i}': no access bounds it; declare it with 'output {d.name}[...]'",
+                d.loc,
+                program.source,
+            )
+        if self.pending_sums:
+            key, s = next(iter(self.pending_sums.items()))
+            if isinstance(key, tuple):
+                raise TccError(
+                    f"cannot infer the range of sum index '{key[2]}': neither the constraints of the sum"
+                    f" nor an access bound it; add bounds such as 0 <= {key[2]} to the constraints",
+                    program.loc_of(s) or d.loc,
+                    program.source,
+                )
+            raise TccError(
+                f"cannot infer the range of sum index '{s.var}': no access bounds it; write sum[{s.var}: lo..hi]",
                 program.loc_of(s) or d.loc,
                 program.source,
             )
-        raise TccError(
-            f"cannot infer the range of sum index '{s.var}': no access bounds it; write sum[{s.var}: lo..hi]",
-            program.loc_of(s) or d.loc,
-            program.source,
-        )
 
-    # fill in the ranges, keyed by the original nodes: bottom-up over the DAG,
-    # not by recursion (a long sum is a tree as deep as it is long)
-    memo: dict[int, Expr] = {}
-    for e in postorder(d.body):
-        if isinstance(e, Sum):
-            lo, hi = (e.lo, e.hi) if e.has_range else sum_known[id(e)]
-            out: Expr = Sum(e.var, tuple(lo), tuple(hi), memo[id(e.body)])
-        elif isinstance(e, CSum) and id(e) not in bounded_csums:
-            extra: list[Cond] = []
-            for v in e.vars:
-                (lo,), (hi,) = csum_known[("csum", id(e), v)]
-                extra += [Compare("<=", lo, Affine.var(v)), Compare("<=", Affine.var(v), hi)]
-            out = CSum(e.vars, e.constraints + tuple(extra), memo[id(e.body)])
-        else:
-            kids = e.children()
-            new = tuple(memo[id(k)] for k in kids)
-            out = rebuild(e, new) if new != kids else e
-        memo[id(e)] = out
-    body = memo[id(d.body)]
-    extents = d.extents
-    if extents is None:
-        extents = tuple(_extent(lhs_known[i][1][0]) for i in d.indices)
-    return Definition(d.name, d.indices, body, extents, d.loc)
+    def filled(self) -> Definition:
+        """The definition with every range written in.
+
+        Keyed by the original nodes: bottom-up over the DAG, not by recursion
+        (a long sum is a tree as deep as it is long).
+        """
+        d = self.d
+        memo: dict[int, Expr] = {}
+        for e in postorder(d.body):
+            if isinstance(e, Sum):
+                lo, hi = (e.lo, e.hi) if e.has_range else self.sum_known[id(e)]
+                out: Expr = Sum(e.var, tuple(lo), tuple(hi), memo[id(e.body)])
+            elif isinstance(e, CSum) and id(e) not in self.bounded_csums:
+                extra: list[Cond] = []
+                for v in e.vars:
+                    (lo,), (hi,) = self.csum_known[("csum", id(e), v)]
+                    extra += [Compare("<=", lo, Affine.var(v)), Compare("<=", Affine.var(v), hi)]
+                out = CSum(e.vars, e.constraints + tuple(extra), memo[id(e.body)])
+            else:
+                kids = e.children()
+                new = tuple(memo[id(k)] for k in kids)
+                out = rebuild(e, new) if new != kids else e
+            memo[id(e)] = out
+        body = memo[id(d.body)]
+        extents = d.extents
+        if extents is None:
+            extents = tuple(_extent(self.lhs_known[i][1][0]) for i in d.indices)
+        return Definition(d.name, d.indices, body, extents, d.loc)
 
 
 def _constrain(
