@@ -19,12 +19,13 @@ condition; ``range-bound`` turns the remaining ones into loop bounds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, substitute, transform
 from tcc.ir.index import Affine, Compare, Cond, compare, conjuncts, make_and
 from tcc.ir.constrained_sums import eliminate_var_atoms
 from tcc.ir.program import Program
-from tcc.ir.smith import solve_integer_system
+from tcc.ir.smith import SmithForm, solve_integer_system
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 
@@ -46,14 +47,7 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
     taken = set(global_names) | set(all_names(node))
     node = eliminate_var_atoms(node, taken)
     variables = list(node.vars)
-    eqs: list[Compare] = []
-    others: list[Cond] = []
-    for c in node.constraints:
-        for part in conjuncts(c):
-            if isinstance(part, Compare) and part.op == "==" and set(part.names()) & set(variables):
-                eqs.append(part)
-            else:
-                others.append(part)
+    eqs, others = _split_equalities(node.constraints, variables)
     if not eqs:
         return node
     rows: list[list[int]] = []
@@ -65,22 +59,58 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
         coeffs, rest = split
         rows.append(coeffs)
         rhs.append(-rest)
-    sol = solve_integer_system(rows, len(variables))
-    sf = sol.smith
-    U, V, R = sf.U, sf.V, sf.rank
-    diag = sf.diagonal
-    y = []
-    for i in range(len(rows)):
-        acc = Affine()
-        for j, b in enumerate(rhs):
-            if U[i][j]:
-                acc = acc + b * U[i][j]
-        y.append(acc)
+    sf = solve_integer_system(rows, len(variables)).smith
+    solvable = _solvability(sf, rhs)
+    if solvable is None:
+        return ZERO
+    conditions, quotients = solvable
+    znames = _fresh_coordinates(prefix, len(variables) - sf.rank, taken)
+    coords = quotients + [Affine.var(z) for z in znames]
+    solution = {v: _combination(sf.V[j], coords) for j, v in enumerate(variables)}
+    ranges = _substituted_ranges(others, solution, znames)
+    if ranges is None:
+        return ZERO
+    inner, outer = ranges
+    conditions += outer
+    body = substitute(node.body, solution)
+    result: Expr = CSum(tuple(znames), tuple(dict.fromkeys(inner)), body) if znames else body
+    cond = make_and(conditions)
+    return Where(cond, result, ZERO) if cond is not None else result
+
+
+def _split_equalities(constraints: tuple[Cond, ...], variables: list[str]) -> tuple[list[Compare], list[Cond]]:
+    """The equalities over the sum's variables (the delta to solve), and every other constraint."""
+    eqs: list[Compare] = []
+    others: list[Cond] = []
+    for c in constraints:
+        for part in conjuncts(c):
+            if isinstance(part, Compare) and part.op == "==" and set(part.names()) & set(variables):
+                eqs.append(part)
+            else:
+                others.append(part)
+    return eqs, others
+
+
+def _combination(row: Sequence[int], items: Sequence[Affine]) -> Affine:
+    """``sum(row[k] * items[k])``, skipping zero coefficients."""
+    acc = Affine()
+    for k, item in enumerate(items):
+        if row[k]:
+            acc = acc + item * row[k]
+    return acc
+
+
+def _solvability(sf: SmithForm, rhs: list[Affine]) -> tuple[list[Cond], list[Affine]] | None:
+    """With ``y = U·b``: the conditions for an integer solution (the cokernel
+    rows of ``y`` vanish, ``s_i`` divides ``y_i``) and the quotients
+    ``y_i // s_i``; None when a condition is false outright (the sum is empty)."""
+    R, diag = sf.rank, sf.diagonal
+    y = [_combination(sf.U[i], rhs) for i in range(len(rhs))]
     conditions: list[Cond] = []
-    for i in range(R, len(rows)):  # cokernel: C·b == 0
+    for i in range(R, len(rhs)):  # cokernel: C·b == 0
         if y[i].is_constant:
             if y[i].const != 0:
-                return ZERO
+                return None
             continue
         conditions.append(compare("==", y[i]))
     quotients: list[Affine] = []
@@ -90,11 +120,15 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
             m = y[i].mod(s)
             if m.is_constant:
                 if m.const != 0:
-                    return ZERO
+                    return None
             else:
                 conditions.append(Compare("==", m, Affine.constant(0)))
         quotients.append(y[i].floordiv(s))
-    kappa = len(variables) - R
+    return conditions, quotients
+
+
+def _fresh_coordinates(prefix: str, kappa: int, taken: set[str]) -> list[str]:
+    """``kappa`` kernel coordinate names ``<prefix>_z<k>`` not in ``taken`` (which gains them)."""
     znames: list[str] = []
     k = 0
     while len(znames) < kappa:
@@ -104,15 +138,17 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
             continue
         taken.add(name)
         znames.append(name)
-    coords = quotients + [Affine.var(z) for z in znames]
-    solution: dict[str, Affine] = {}
-    for j, v in enumerate(variables):
-        acc = Affine()
-        for col, c in enumerate(coords):
-            if V[j][col]:
-                acc = acc + c * V[j][col]
-        solution[v] = acc
+    return znames
+
+
+def _substituted_ranges(
+    others: list[Cond], solution: dict[str, Affine], znames: list[str]
+) -> tuple[list[Cond], list[Cond]] | None:
+    """The remaining constraints at the solution: those on the kernel
+    coordinates (they stay on the sum) and the rest (they join the outer
+    condition); None when one is false outright."""
     inner: list[Cond] = []
+    outer: list[Cond] = []
     for c in others:
         new = c.substitute(solution)
         if isinstance(new, Compare):
@@ -121,13 +157,10 @@ def solve_csum(node: CSum, prefix: str, global_names: set[str]) -> Expr:
             inner.append(new)
         elif isinstance(new, Compare) and new.lhs.is_constant and new.rhs.is_constant:
             if not new.evaluate({}):
-                return ZERO
+                return None
         else:
-            conditions.append(new)
-    body = substitute(node.body, solution)
-    result: Expr = CSum(tuple(znames), tuple(dict.fromkeys(inner)), body) if znames else body
-    cond = make_and(conditions)
-    return Where(cond, result, ZERO) if cond is not None else result
+            outer.append(new)
+    return inner, outer
 
 
 def solve(e: Expr, prefix: str, taken: set[str]) -> Expr:

@@ -153,76 +153,89 @@ def fold(n: Expr) -> Expr:
     where the guard holds, and compiled code must not execute them elsewhere.
     """
     if isinstance(n, Unary):
-        u = n.operand
-        if n.op == "neg":
-            if isinstance(u, Unary) and u.op == "neg":
-                return u.operand
-            if isinstance(u, Const):
-                return Const(-u.value)
-            if is_guard(u):
-                return fold(Where(u.cond, fold(Unary("neg", u.then)), ZERO))
-        return n
+        return _fold_unary(n)
     if isinstance(n, Binary):
-        a, b = n.lhs, n.rhs
-        if n.op in ("*", "/") and is_guard(a) and not is_zero(b):
-            return fold(Where(a.cond, fold(Binary(n.op, a.then, b)), ZERO))
-        if n.op == "*" and is_guard(b) and not is_zero(a):
-            return fold(Where(b.cond, fold(Binary("*", a, b.then)), ZERO))
-        if n.op in ("+", "-") and is_guard(a) and is_guard(b) and a.cond == b.cond:
-            return fold(Where(a.cond, fold(Binary(n.op, a.then, b.then)), ZERO))
-        if isinstance(a, Const) and isinstance(b, Const):
-            r = _const_binary(n.op, a.value, b.value)
-            if r is not None:
-                return r
-        op = n.op
-        if op == "+":
-            if is_zero(a):
-                return b
-            if is_zero(b):
-                return a
-            if a is b:  # hash-consed: the same subexpression twice (e.g. d(x*x)/dx)
-                return Binary("*", Const(2), a)
-        elif op == "-":
-            if is_zero(b):
-                return a
-            if is_zero(a):
-                return fold(Unary("neg", b))
-        elif op == "*":
-            if is_zero(a) or is_zero(b):
-                return ZERO
-            merged = _merge_constant_factors(n)
-            if merged is not n:
-                return merged
-            if is_one(a):
-                return b
-            if is_one(b):
-                return a
-            if isinstance(a, Const) and a.value == -1:
-                return fold(Unary("neg", b))
-            if isinstance(b, Const) and b.value == -1:
-                return fold(Unary("neg", a))
-        elif op == "/":
-            if is_zero(a):
-                return ZERO
-            if is_one(b):
-                return a
-        elif op == "**":
-            if is_one(b):
-                return a
-            if is_zero(b):
-                return ONE
-        return n
+        return _fold_binary(n)
     if isinstance(n, Where):
-        if n.then is n.other:
-            return n.then
-        if isinstance(n.then, Where) and is_zero(n.other) and is_zero(n.then.other):
-            cond = make_and([n.cond, n.then.cond])
-            return Where(cond, n.then.then, ZERO) if cond is not None else n.then.then
-        return n
+        return _fold_where(n)
     if isinstance(n, (Sum, CSum)):
         if is_zero(n.children()[0]):
             return ZERO
         return n
+    return n
+
+
+def _fold_unary(n: Unary) -> Expr:
+    u = n.operand
+    if n.op == "neg":
+        if isinstance(u, Unary) and u.op == "neg":
+            return u.operand
+        if isinstance(u, Const):
+            return Const(-u.value)
+        if is_guard(u):
+            return fold(Where(u.cond, fold(Unary("neg", u.then)), ZERO))
+    return n
+
+
+def _fold_binary(n: Binary) -> Expr:
+    """Lift zero-guards, fold two constants, and drop identities (``x + 0``, ``1 * x``, ``x ** 1``, ...)."""
+    a, b = n.lhs, n.rhs
+    if n.op in ("*", "/") and is_guard(a) and not is_zero(b):
+        return fold(Where(a.cond, fold(Binary(n.op, a.then, b)), ZERO))
+    if n.op == "*" and is_guard(b) and not is_zero(a):
+        return fold(Where(b.cond, fold(Binary("*", a, b.then)), ZERO))
+    if n.op in ("+", "-") and is_guard(a) and is_guard(b) and a.cond == b.cond:
+        return fold(Where(a.cond, fold(Binary(n.op, a.then, b.then)), ZERO))
+    if isinstance(a, Const) and isinstance(b, Const):
+        r = _const_binary(n.op, a.value, b.value)
+        if r is not None:
+            return r
+    op = n.op
+    if op == "+":
+        if is_zero(a):
+            return b
+        if is_zero(b):
+            return a
+        if a is b:  # hash-consed: the same subexpression twice (e.g. d(x*x)/dx)
+            return Binary("*", Const(2), a)
+    elif op == "-":
+        if is_zero(b):
+            return a
+        if is_zero(a):
+            return fold(Unary("neg", b))
+    elif op == "*":
+        if is_zero(a) or is_zero(b):
+            return ZERO
+        merged = _merge_constant_factors(n)
+        if merged is not n:
+            return merged
+        if is_one(a):
+            return b
+        if is_one(b):
+            return a
+        if isinstance(a, Const) and a.value == -1:
+            return fold(Unary("neg", b))
+        if isinstance(b, Const) and b.value == -1:
+            return fold(Unary("neg", a))
+    elif op == "/":
+        if is_zero(a):
+            return ZERO
+        if is_one(b):
+            return a
+    elif op == "**":
+        if is_one(b):
+            return a
+        if is_zero(b):
+            return ONE
+    return n
+
+
+def _fold_where(n: Where) -> Expr:
+    if n.then is n.other:
+        return n.then
+    if isinstance(n.then, Where) and is_zero(n.other) and is_zero(n.then.other):
+        cond = make_and([n.cond, n.then.cond])
+        return Where(cond, n.then.then, ZERO) if cond is not None else n.then.then
     return n
 
 
