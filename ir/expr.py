@@ -7,6 +7,11 @@ reverse accumulation keys its adjoints on.
 
 Nodes never fold or simplify on construction: what a pass builds is what the
 printer shows, and ``simplify`` is an explicit, dumpable step.
+
+Nodes print themselves: the expression printer is at the end of this module
+(conditions and index expressions print in :mod:`tcc.ir.index`), so
+``str(node)`` needs nothing above it and :mod:`tcc.ir.printer`, which prints
+whole programs, imports this module and not the other way round.
 """
 from __future__ import annotations
 
