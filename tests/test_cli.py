@@ -447,3 +447,40 @@ def test_passes_subprocess():
     proc = subprocess.run([sys.executable, "-m", "tcc", "passes"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "    opt-level=3  int" in proc.stdout.splitlines()
+
+
+
+def test_passes_lists_a_registered_pass(capsys):
+    import dataclasses
+    from typing import Literal
+
+    from tcc.passes.pass_base import Level, Pass
+    from tcc.registry import register_pass, unregister_pass
+
+    probe = dataclasses.make_dataclass(
+        "Probe",
+        [("limit", int | None, dataclasses.field(default=None)),
+         ("names", tuple[str, ...], dataclasses.field(default=("a", "b"))),
+         ("mode", Literal["x", "y"], dataclasses.field(default="y"))],
+        bases=(Pass,), frozen=True, namespace={"name": "t-probe", "level": Level.LOOPS},
+    )
+
+    @dataclasses.dataclass(frozen=True)
+    class Unresolved(Pass):  # annotations naming this function's locals: shown as written
+        name = "t-unresolved"
+        level = Level.INDEX
+        summary = "a plug-in whose annotations get_type_hints cannot resolve"
+
+        mode: Literal["x", "y"] = "x"
+
+    register_pass(probe)
+    register_pass(Unresolved)
+    try:
+        blocks = _listing(capsys)
+    finally:
+        unregister_pass("t-probe")
+        unregister_pass("t-unresolved")
+    assert [line.split() for line in blocks["t-probe"]] == [
+        ["t-probe", "loops", "(no", "summary)"], ["limit=None", "int", "|", "None"], ["names=a,b", "str,..."], ["mode=y", "x|y"],
+    ]
+    assert blocks["t-unresolved"][1].split() == ["mode=x", "Literal['x',", "'y']"]
