@@ -5,6 +5,7 @@
     tcc check FILE --of f --wrt a,d [--seed N] [--tol T] [--eps E] [--sizes n=4,m=3]
     tcc run FILE --inputs in.npz --output out.npz [--target cpu] [--dtype D] [--threads N] [--reference]
     tcc compile FILE --emit index|loops|llvm|asm [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
+    tcc passes                                                 (every pass: level, options, summary)
 
 dump flags: --print-pipeline --dump-before P|all --dump-after P|all
             --dump-dir DIR --time-passes --verify-each
@@ -152,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
     k.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT instead of stdout")
     _add_pipeline_flags(k, default_passes="infer-ranges for index, the compile pipeline otherwise")
+
+    ps = sub.add_parser("passes", help="list every available pass with its level, options and summary")
+    ps.set_defaults(file=None)  # reads no source
     return parser
 
 
@@ -432,6 +436,74 @@ def cmd_check(session: _Session, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_passes(session: _Session, args: argparse.Namespace) -> int:
+    """``tcc passes``: every pass a pipeline can name, read from the classes themselves.
+
+    The level, options and summary come from the pass class (``level``,
+    ``produces``, the dataclass fields, ``summary``), so the listing cannot
+    drift from the code.  Passes come in :func:`~tcc.registry.available_passes`
+    order (sorted by name).  A pass whose class cannot be loaded (an external
+    package that fails to import) gets ``?`` and the error on its own line, the
+    others are still listed, and the exit status is 1.
+    """
+    import dataclasses
+    import typing
+
+    from tcc.registry import available_passes, get_pass_class
+
+    def allowed(tp: Any) -> str:
+        """The option's values as a pipeline string writes them."""
+        if isinstance(tp, str):  # an annotation that could not be resolved
+            return tp
+        if typing.get_origin(tp) is typing.Literal:
+            return "|".join(str(a) for a in typing.get_args(tp))
+        if tp is bool:
+            return "true|false"
+        if typing.get_origin(tp) in (tuple, list):
+            return allowed(typing.get_args(tp)[0]) + ",..."
+        return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+
+    def spelled(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (tuple, list)):
+            return ",".join(str(v) for v in value)
+        return str(value)
+
+    names = available_passes()
+    width = max((len(n) for n in names), default=0)
+    failed = False
+    for name in names:
+        try:
+            cls = get_pass_class(name)
+        except Exception as exc:  # noqa: BLE001 - one broken plug-in must not hide the others
+            failed = True
+            why = str(exc) if isinstance(exc, TccError) else f"error: {type(exc).__name__}: {exc}"
+            print(f"{name:<{width}}  {'?':<14}  {why}")
+            continue
+        level = f"{cls.level} -> {cls.produces}" if cls.produces else str(cls.level)
+        print(f"{name:<{width}}  {level:<14}  {cls.summary or '(no summary)'}".rstrip())
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - a plug-in's unresolvable annotations: show them as written
+            hints = {}
+        options = []
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = spelled(f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                default = spelled(f.default_factory())
+            else:
+                default = "(required)"
+            options.append((f"{f.name.replace('_', '-')}={default}", allowed(hints.get(f.name, f.type))))
+        column = max((len(o) for o, _ in options), default=0)
+        for option, values in options:
+            print(f"    {option:<{column}}  {values}")
+    return 1 if failed else 0
+
+
 def _npz_error(exc: BaseException, path: str, member: str | None = None) -> TccError | None:
     """The error line for what ``np.load`` (``member`` None) or reading a member raised, or None
     for an exception that is no sign of a damaged or unsafe archive."""
@@ -560,7 +632,7 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "grad": cmd_grad, "jacobian": cmd_derivative, "hessian": cmd_derivative, "jvp": cmd_derivative,
-    "check": cmd_check, "run": cmd_run, "compile": cmd_compile,
+    "check": cmd_check, "run": cmd_run, "compile": cmd_compile, "passes": cmd_passes,
 }
 
 
@@ -576,7 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         except SystemExit as exc:  # --help
             return exc.code if isinstance(exc.code, int) else 0
-        session.read(args.file)
+        if args.file is not None:
+            session.read(args.file)
         return COMMANDS[args.command](session, args)
     except TccError as err:
         if err.source is None and err.loc is not None and session.source is not None:

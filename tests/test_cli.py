@@ -374,3 +374,113 @@ def test_python_dash_m(tmp_path):
     assert proc.stderr.startswith(f"{bad}:2:")
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
+
+
+# ---------------------------------------------------------------------------
+# passes
+# ---------------------------------------------------------------------------
+
+
+def _listing(capsys) -> dict[str, list[str]]:
+    """``tcc passes`` output by pass: the header line's words, then the option lines."""
+    assert main(["passes"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    blocks: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line.startswith(" "):
+            blocks[last].append(line.strip())
+        else:
+            last = line.split()[0]
+            blocks[last] = [line]
+    return blocks
+
+
+def test_passes_lists_every_builtin_with_level_options_and_summary(capsys):
+    import dataclasses
+
+    from tcc.passes import BUILTIN_PASSES
+    from tcc.registry import get_pass_class
+
+    blocks = _listing(capsys)
+    assert list(blocks) == sorted(blocks)
+    for name in BUILTIN_PASSES:
+        cls = get_pass_class(name)
+        header, *options = blocks[name]
+        level = f"{cls.level} -> {cls.produces}" if cls.produces else str(cls.level)
+        assert cls.summary, f"pass {name} has no summary"
+        assert header.split(None, 1)[1].split() == level.split() + cls.summary.split(), header
+        assert [o.split("=", 1)[0] for o in options] == [f.name.replace("_", "-") for f in dataclasses.fields(cls)]
+
+
+def test_passes_shows_option_defaults_and_values(capsys):
+    blocks = _listing(capsys)
+    assert blocks["llvm-opt"][0].split()[:2] == ["llvm-opt", "llvm"]
+    assert blocks["llvm-opt"][1].split() == ["opt-level=3", "int"]
+    assert blocks["lower-llvm"][0].split()[1:4] == ["loops", "->", "llvm"]
+    assert ["dtype=float64", "float64|float32"] in [o.split() for o in blocks["lower-llvm"][1:]]
+    assert ["contract=false", "true|false"] in [o.split() for o in blocks["lower-llvm"][1:]]
+    assert blocks["fuse"][1].split() == ["full=false", "true|false"]
+    assert blocks["parallel"][1].split() == ["depth=1", "int"]
+    assert blocks["autodiff"][2].split() == ["wrt=", "str,..."]
+
+
+def test_passes_reports_an_unloadable_external_pass(monkeypatch, capsys):
+    import importlib.metadata
+
+    class BrokenEP:
+        name, value, group = "t-broken", "missing_pkg.mod:Broken", "tcc.passes"
+
+        def load(self):
+            raise ModuleNotFoundError("No module named 'missing_pkg'")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [BrokenEP()])
+    assert main(["passes"]) == 1
+    out, err = capsys.readouterr()
+    _no_traceback(err)
+    broken = [line.split(None, 2) for line in out.splitlines() if line.startswith("t-broken")]
+    assert broken == [["t-broken", "?", "error: ModuleNotFoundError: No module named 'missing_pkg'"]]
+    assert any(line.startswith("llvm-opt ") for line in out.splitlines())  # the others are still listed
+
+
+def test_passes_subprocess():
+    proc = subprocess.run([sys.executable, "-m", "tcc", "passes"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "    opt-level=3  int" in proc.stdout.splitlines()
+
+
+
+def test_passes_lists_a_registered_pass(capsys):
+    import dataclasses
+    from typing import Literal
+
+    from tcc.passes.pass_base import Level, Pass
+    from tcc.registry import register_pass, unregister_pass
+
+    probe = dataclasses.make_dataclass(
+        "Probe",
+        [("limit", int | None, dataclasses.field(default=None)),
+         ("names", tuple[str, ...], dataclasses.field(default=("a", "b"))),
+         ("mode", Literal["x", "y"], dataclasses.field(default="y"))],
+        bases=(Pass,), frozen=True, namespace={"name": "t-probe", "level": Level.LOOPS},
+    )
+
+    @dataclasses.dataclass(frozen=True)
+    class Unresolved(Pass):  # annotations naming this function's locals: shown as written
+        name = "t-unresolved"
+        level = Level.INDEX
+        summary = "a plug-in whose annotations get_type_hints cannot resolve"
+
+        mode: Literal["x", "y"] = "x"
+
+    register_pass(probe)
+    register_pass(Unresolved)
+    try:
+        blocks = _listing(capsys)
+    finally:
+        unregister_pass("t-probe")
+        unregister_pass("t-unresolved")
+    assert [line.split() for line in blocks["t-probe"]] == [
+        ["t-probe", "loops", "(no", "summary)"], ["limit=None", "int", "|", "None"], ["names=a,b", "str,..."], ["mode=y", "x|y"],
+    ]
+    assert blocks["t-unresolved"][1].split() == ["mode=x", "Literal['x',", "'y']"]
