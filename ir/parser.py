@@ -56,7 +56,7 @@ from .diagnostics import Loc, SourceMap
 from .program import Definition, Program, TensorDecl
 from .lippmann import LippmannProblem, is_lippmann, read_lippmann
 
-__all__ = ["parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
+__all__ = ["parse_source", "parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
 
 MAX_DEPTH = 100  # nesting levels; deeper input is reported instead of overflowing the stack
 

@@ -21,6 +21,8 @@ __all__ = ["AutoDiff", "differentiate", "differentiate_forward"]
 
 @dataclass(frozen=True)
 class AutoDiff(Pass):
+    """The pass: its options choose the mode and the seed, the modules of this package do the work."""
+
     name = "autodiff"
     level = Level.INDEX
     summary = "reverse-mode derivative of one definition w.r.t. inputs, in delta form (eq. 40)"
