@@ -88,6 +88,29 @@ def _names(wrt: str | Sequence[str]) -> list[str]:
     return list(wrt)
 
 
+def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[str] | None) -> tuple[Any, str, list[str]]:
+    """``(program, of, wrt)`` of a derivative asked for by the API (``grad``, ``jacobian``, ``hessian``,
+    ``jvp``); Lippmann's ``declare ... derivative wrt x`` form supplies missing ones."""
+    from tcc.ir.lippmann import LippmannProblem
+    from tcc.ir.parser import parse_source
+
+    _check_program_arg(program_or_text, "a derivative")
+    if isinstance(program_or_text, (str, os.PathLike)):
+        if isinstance(program_or_text, os.PathLike) or _looks_like_path(program_or_text):
+            text, name = read_source(program_or_text)
+        else:
+            text, name = program_or_text, "<string>"
+        source = parse_source(text, name)
+        if isinstance(source, LippmannProblem):
+            return source.program, of or source.of, _names(wrt) if wrt else [source.wrt]
+        program = source
+    else:
+        program = program_or_text
+    if not of or not wrt:
+        raise TccError("a derivative needs the definition (of=...) and the inputs (wrt=...)")
+    return program, of, _names(wrt)
+
+
 def grad(
     program_or_text: Any,
     of: str | None = None,
@@ -108,16 +131,11 @@ def grad(
     :mod:`tcc.derivatives` for compiled Jacobians and Hessians).  Source in
     Lippmann's ``declare ... derivative wrt x`` form supplies ``of``/``wrt``.
     """
-    from tcc.derivatives import derivative_target
-    from tcc.pipeline import fill_grad_options, grad_pipeline, resolve_pipeline, run_pipeline
+    from tcc.pipeline import derivative_pipeline, run_pipeline
 
     _check_program_arg(program_or_text, "grad")
     program, of, wrt = derivative_target(program_or_text, of, wrt)
-    if passes is None:
-        pipeline = grad_pipeline(of, wrt, mode=mode, seed=seed)
-    else:
-        pipeline = fill_grad_options(resolve_pipeline(passes), of, wrt)
-    return run_pipeline(program, pipeline, instruments=instruments)
+    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed, passes), instruments=instruments)
 
 
 def transform(

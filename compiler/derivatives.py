@@ -15,60 +15,17 @@ Hessian-vector product per row.  The JVP is forward mode
 """
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-
+from tcc.api import derivative_target
 from tcc.ir.diagnostics import TccError
+from tcc.pipeline import derivative_pipeline, run_pipeline
 
-__all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "hessian", "jvp", "Derivative",
-           "derivative_target", "derivative_pipeline"]
-
-
-def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[str] | None) -> tuple[Any, str, list[str]]:
-    """``(program, of, wrt)``; Lippmann's ``declare ... derivative wrt x`` form supplies missing ones."""
-    from tcc.api import _check_program_arg, _names, read_source, _looks_like_path
-    from tcc.ir.lippmann import is_lippmann, parse_lippmann
-    from tcc.ir.parser import parse_program
-
-    _check_program_arg(program_or_text, "a derivative")
-    if isinstance(program_or_text, (str, os.PathLike)):
-        if isinstance(program_or_text, os.PathLike) or _looks_like_path(program_or_text):
-            text, name = read_source(program_or_text)
-        else:
-            text, name = program_or_text, "<string>"
-        if is_lippmann(text):
-            problem = parse_lippmann(text, name)
-            return problem.program, of or problem.of, _names(wrt) if wrt else [problem.wrt]
-        program = parse_program(text, name)
-    else:
-        program = program_or_text
-    if not of or not wrt:
-        raise TccError("a derivative needs the definition (of=...) and the inputs (wrt=...)")
-    return program, of, _names(wrt)
-
-
-def derivative_pipeline(of: str, wrt: Sequence[str], mode: str, seed: str, passes: str | None = None) -> list[Any]:
-    """The default pipeline of one derivative, or ``passes`` with its ``autodiff`` told what to compute.
-
-    The caller (a Jacobian, a Hessian's second stage) decides ``of``, ``wrt``,
-    ``mode`` and ``seed``; a custom pipeline decides everything else.
-    """
-    from tcc.pipeline import grad_pipeline, parse_pipeline
-
-    if passes is None:
-        return grad_pipeline(of, list(wrt), mode=mode, seed=seed)
-    return [
-        dataclasses.replace(p, of=of, wrt=tuple(wrt), mode=mode, seed=seed) if p.name == "autodiff" else p
-        for p in parse_pipeline(passes)
-    ]
+__all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "hessian", "jvp", "Derivative"]
 
 
 def _run(program: Any, of: str, wrt: Sequence[str], mode: str, seed: str, instruments: Sequence[Any]) -> Any:
-    from tcc.pipeline import run_pipeline
-
     return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed), instruments=instruments)
 
 

@@ -293,15 +293,26 @@ class _Session:
 
         self.text, self.filename = read_source(path)
 
-    def load(self, path: str) -> Any:
-        from tcc.ir.parser import parse_program
+    def load_source(self, path: str) -> Any:
+        """The source in either form (:func:`tcc.ir.parser.parse_source`): a program, or a
+        :class:`~tcc.ir.lippmann.LippmannProblem` that also names what to differentiate."""
+        from tcc.ir.lippmann import LippmannProblem
+        from tcc.ir.parser import parse_source
 
         if self.text is None:
             self.read(path)
         assert self.text is not None and self.filename is not None
-        program = parse_program(self.text, self.filename)
+        source = parse_source(self.text, self.filename)
+        program = source.program if isinstance(source, LippmannProblem) else source
         self.source = getattr(program, "source", None)
-        return program
+        return source
+
+    def load(self, path: str) -> Any:
+        """The program, in either form."""
+        from tcc.ir.lippmann import LippmannProblem
+
+        source = self.load_source(path)
+        return source.program if isinstance(source, LippmannProblem) else source
 
 
 def _run_passes(session: _Session, args: argparse.Namespace, program: Any, passes: list[Any]) -> Any:
@@ -318,32 +329,27 @@ def _run_passes(session: _Session, args: argparse.Namespace, program: Any, passe
             sys.stderr.write(timer.report())
 
 
-def _target(session: _Session, args: argparse.Namespace) -> tuple[Any, str, list[str]]:
-    """The program and what to differentiate; Lippmann's form supplies --of/--wrt when left out."""
-    from tcc.ir.lippmann import is_lippmann, parse_lippmann
+def _target(session: _Session, args: argparse.Namespace) -> tuple[Any, str, list[str], bool]:
+    """The program, what to differentiate, and whether the source is in Lippmann's form (which
+    supplies --of/--wrt when left out)."""
+    from tcc.ir.lippmann import LippmannProblem
 
     wrt = _names(args.wrt, "--wrt") if args.wrt is not None else []
     of = args.of or ""
-    if session.text is not None and is_lippmann(session.text):
-        problem = parse_lippmann(session.text, session.filename or "<input>")
-        session.source = problem.program.source
-        return problem.program, of or problem.of, wrt or [problem.wrt]
-    return session.load(args.file), of, wrt
+    source = session.load_source(args.file)
+    if isinstance(source, LippmannProblem):
+        return source.program, of or source.of, wrt or [source.wrt], True
+    return source, of, wrt, False
 
 
 def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
     """The derivative program; of Lippmann's form, the full derivative tensor (as in his appendix)."""
-    from tcc.ir.lippmann import is_lippmann
-    from tcc.pipeline import fill_grad_options, grad_pipeline, parse_pipeline
+    from tcc.pipeline import derivative_pipeline
 
-    program, of, wrt = _target(session, args)
-    if args.passes is None:
-        if not of or not wrt:
-            raise TccError("tcc grad needs --of and --wrt (or a --passes pipeline that names them)")
-        lippmann = session.text is not None and is_lippmann(session.text)
-        passes = grad_pipeline(of, wrt, seed="delta" if lippmann else "input")
-    else:
-        passes = fill_grad_options(parse_pipeline(args.passes), of or "", wrt or ())
+    program, of, wrt, lippmann = _target(session, args)
+    if args.passes is None and (not of or not wrt):
+        raise TccError("tcc grad needs --of and --wrt (or a --passes pipeline that names them)")
+    passes = derivative_pipeline(of, wrt, seed="delta" if lippmann else "input", passes=args.passes)
     result = _run_passes(session, args, program, passes)
     _write_text(str(result), args.output)
     return 0
@@ -351,9 +357,9 @@ def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
 
 def cmd_derivative(session: _Session, args: argparse.Namespace) -> int:
     """``tcc jacobian|hessian|jvp``: the default pipeline, or ``--passes`` for each derivative taken."""
-    from tcc.derivatives import derivative_pipeline
+    from tcc.pipeline import derivative_pipeline
 
-    program, of, wrt = _target(session, args)
+    program, of, wrt, _ = _target(session, args)
     if not of or not wrt:
         raise TccError(f"tcc {args.command} needs --of and --wrt")
     if args.command == "hessian" and len(wrt) != 1:
@@ -361,7 +367,7 @@ def cmd_derivative(session: _Session, args: argparse.Namespace) -> int:
     mode, seed = ("forward", "input") if args.command == "jvp" else ("reverse", "delta")
 
     def stage(p: Any, of: str) -> Any:
-        return _run_passes(session, args, p, derivative_pipeline(of, wrt, mode, seed, args.passes))
+        return _run_passes(session, args, p, derivative_pipeline(of, wrt, mode, seed, args.passes, override=True))
 
     result = stage(program, of)
     if args.command == "hessian":

@@ -28,11 +28,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from tcc.ir.diagnostics import TccError
+from tcc.passes.infer_ranges import InferRanges
+from tcc.pipeline import derivative_pipeline, run_pipeline
+from tcc.sizes import extents_shape
 
 DEFAULT_SIZES = (5, 4, 6, 3, 7)
 FULL_CHECK_LIMIT = 512
@@ -72,8 +75,6 @@ def default_sizes(names: Sequence[str]) -> dict[str, int]:
 
 
 def _shape(extents: Any, sizes: Mapping[str, int], what: str) -> tuple[int, ...]:
-    from tcc.sizes import extents_shape
-
     try:
         shape = extents_shape(extents, sizes)
     except KeyError as exc:
@@ -84,13 +85,9 @@ def _shape(extents: Any, sizes: Mapping[str, int], what: str) -> tuple[int, ...]
 
 
 def derivative_program(program: Any, of: str, wrt: Sequence[str], passes: Any = None, instruments: Sequence[Any] = ()) -> Any:
-    """Run ``infer-ranges`` then the grad pipeline (or ``passes``) on ``program``."""
-    from tcc.passes.infer_ranges import InferRanges
-    from tcc.pipeline import grad_pipeline, resolve_pipeline, run_pipeline
-
+    """Run ``infer-ranges`` then the derivative pipeline (the default one, or ``passes``) on ``program``."""
     src = run_pipeline(program, [InferRanges()])
-    pipeline = grad_pipeline(of, wrt) if passes is None else resolve_pipeline(passes)
-    return src, run_pipeline(src, pipeline, instruments=instruments)
+    return src, run_pipeline(src, derivative_pipeline(of, wrt, passes=passes), instruments=instruments)
 
 
 def check_gradients(
@@ -119,8 +116,33 @@ def check_gradients(
     ``target="reference"`` evaluates both with the reference interpreter;
     ``cuda`` (a GPU) and ``cuda-sim`` check the GPU backend's code instead.
     """
-    from tcc.interpreter import evaluate
+    wrt = _checked_arguments(program, of, wrt, eps, tol)
+    src, deriv = derivative_program(program, of, wrt)
+    # derived programs may leave sums for infer-ranges (as a printed, re-parsed one would)
+    deriv = run_pipeline(deriv, [InferRanges()])
+    bound = _bound_sizes(src, sizes)
+    seed_decl, grads = _seed_and_gradients(src, deriv, wrt)
 
+    rng = np.random.default_rng(seed)
+    inputs: dict[str, Any] = {}
+    for decl in src.inputs:
+        shape = _shape(decl.extents, bound, f"input '{decl.name}'")
+        inputs[decl.name] = rng.uniform(low, high, size=shape).astype(np.float64)
+    seed_shape = _shape(seed_decl.extents, bound, f"seed input '{seed_decl.name}'")
+    seed_arr = rng.uniform(low, high, size=seed_shape).astype(np.float64)
+
+    run = _runner(target, src, deriv)
+    analytic_all = run(deriv, {**inputs, seed_decl.name: seed_arr})
+
+    def loss(arrays: Mapping[str, np.ndarray]) -> float:
+        f = run(src, arrays)[of]
+        return float(np.sum(seed_arr * f))
+
+    return [_check_one(x, gname, analytic_all[gname], inputs, loss, rng, eps, tol) for x, gname in zip(wrt, grads)]
+
+
+def _checked_arguments(program: Any, of: str, wrt: Sequence[str] | str, eps: float, tol: float) -> list[str]:
+    """``wrt`` as a list, after refusing what would make the check meaningless."""
     if isinstance(wrt, str):
         wrt = [w.strip() for w in wrt.split(",") if w.strip()]
     wrt = list(wrt)
@@ -136,15 +158,11 @@ def check_gradients(
     for x in wrt:
         if program.input(x) is None:
             raise TccError(f"'{x}' is not an input of the program")
+    return wrt
 
-    src, deriv = derivative_program(program, of, wrt)
-    # derived programs may leave sums for infer-ranges (as a printed, re-parsed one would)
-    from tcc.passes.infer_ranges import InferRanges
-    from tcc.pipeline import run_pipeline
 
-    deriv = run_pipeline(deriv, [InferRanges()])
-
-    # sizes
+def _bound_sizes(src: Any, sizes: Mapping[str, int] | None) -> dict[str, int]:
+    """Every size of ``src``: the given ones, the defaults for the rest."""
     names = src.sizes()
     bound = default_sizes(names)
     for k, v in (sizes or {}).items():
@@ -154,34 +172,40 @@ def check_gradients(
         if int(v) < 0:
             raise TccError(f"size '{k}' must be non-negative, got {v}")
         bound[k] = int(v)
+    return bound
 
-    # the seed: the one input of the derivative program the source lacks
+
+def _seed_and_gradients(src: Any, deriv: Any, wrt: Sequence[str]) -> tuple[Any, list[str]]:
+    """The seed (the one input of the derivative program the source lacks) and the gradients,
+    one per wrt tensor: a pipeline given by the user may produce something else."""
     new_inputs = [d for d in deriv.inputs if src.input(d.name) is None]
     if len(new_inputs) != 1:
         raise TccError(
             "cannot find the seed input of the derivative program: new inputs "
             + (", ".join(d.name for d in new_inputs) or "none")
         )
-    seed_decl = new_inputs[0]
     grads = list(deriv.outputs)
     if len(grads) != len(wrt):
         raise TccError(
             f"the derivative program declares outputs {', '.join(grads) or 'none'}, expected one per wrt tensor "
             f"({', '.join(wrt)})"
         )
+    return new_inputs[0], grads
 
-    rng = np.random.default_rng(seed)
-    inputs: dict[str, Any] = {}
-    for decl in src.inputs:
-        shape = _shape(decl.extents, bound, f"input '{decl.name}'")
-        inputs[decl.name] = rng.uniform(low, high, size=shape).astype(np.float64)
-    seed_shape = _shape(seed_decl.extents, bound, f"seed input '{seed_decl.name}'")
-    seed_arr = rng.uniform(low, high, size=seed_shape).astype(np.float64)
+
+_Run = Callable[[Any, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+def _runner(target: str, src: Any, deriv: Any) -> _Run:
+    """How the function and its derivative program are evaluated: compiled for ``target``, or the
+    reference interpreter.  Both are compiled once, before the first evaluation."""
 
     def pack(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         return {k: (float(v) if v.ndim == 0 else v) for k, v in arrays.items()}
 
     if target == "reference":
+        from tcc.interpreter import evaluate
+
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
             return evaluate(program, pack(arrays), np.float64)
     elif target in ("cpu", "cuda", "cuda-sim"):
@@ -193,51 +217,59 @@ def check_gradients(
             return compiled[id(program)](**{k: np.require(v, np.float64, "C") for k, v in arrays.items()})
     else:
         raise TccError(f"unknown check target '{target}' (choose cpu, cuda, cuda-sim or reference)")
+    return run
 
-    analytic_all = run(deriv, {**inputs, seed_decl.name: seed_arr})
 
-    def loss(arrays: Mapping[str, np.ndarray]) -> float:
-        f = run(src, arrays)[of]
-        return float(np.sum(seed_arr * f))
+def _directions(rng: np.random.Generator, x0: np.ndarray) -> tuple[list[tuple[str, Any]], int, int]:
+    """``(directions, elements, random directions)``: every unit vector of a small tensor; of a
+    large one, 64 random unit vectors and 16 random unit-norm directions."""
+    n = x0.size
+    if n <= FULL_CHECK_LIMIT:
+        return [("e", i) for i in range(n)], n, 0
+    picks = rng.choice(n, size=SAMPLED_ELEMENTS, replace=False)
+    directions: list[tuple[str, Any]] = [("e", int(i)) for i in picks]
+    for _ in range(SAMPLED_DIRECTIONS):
+        v = rng.standard_normal(x0.shape)
+        directions.append(("v", v / np.linalg.norm(v)))
+    return directions, SAMPLED_ELEMENTS, SAMPLED_DIRECTIONS
 
-    results = []
-    for x, gname in zip(wrt, grads):
-        x0 = inputs[x]
-        grad = np.asarray(analytic_all[gname], dtype=np.float64)
-        if grad.shape != x0.shape:
-            raise TccError(f"gradient '{gname}' has shape {grad.shape} but '{x}' has shape {x0.shape}")
-        n = x0.size
-        if n <= FULL_CHECK_LIMIT:
-            directions = [("e", i) for i in range(n)]
-            n_elems, n_dirs = n, 0
+
+def _check_one(
+    x: str,
+    gname: str,
+    analytic: Any,
+    inputs: Mapping[str, np.ndarray],
+    loss: Callable[[Mapping[str, np.ndarray]], float],
+    rng: np.random.Generator,
+    eps: float,
+    tol: float,
+) -> CheckResult:
+    """The gradient ``gname`` of the input ``x`` against central differences of ``loss``."""
+    x0 = inputs[x]
+    grad = np.asarray(analytic, dtype=np.float64)
+    if grad.shape != x0.shape:
+        raise TccError(f"gradient '{gname}' has shape {grad.shape} but '{x}' has shape {x0.shape}")
+    directions, n_elems, n_dirs = _directions(rng, x0)
+    an = np.empty(len(directions))
+    fd = np.empty(len(directions))
+    flat_grad = grad.reshape(-1)
+    for j, (kind, d) in enumerate(directions):
+        if kind == "e":
+            step = np.zeros(x0.size)
+            step[d] = eps
+            step = step.reshape(x0.shape)
+            an[j] = flat_grad[d]
         else:
-            picks = rng.choice(n, size=SAMPLED_ELEMENTS, replace=False)
-            directions = [("e", int(i)) for i in picks]
-            for _ in range(SAMPLED_DIRECTIONS):
-                v = rng.standard_normal(x0.shape)
-                directions.append(("v", v / np.linalg.norm(v)))
-            n_elems, n_dirs = SAMPLED_ELEMENTS, SAMPLED_DIRECTIONS
-        an = np.empty(len(directions))
-        fd = np.empty(len(directions))
-        flat_grad = grad.reshape(-1)
-        for j, (kind, d) in enumerate(directions):
-            if kind == "e":
-                step = np.zeros(n)
-                step[d] = eps
-                step = step.reshape(x0.shape)
-                an[j] = flat_grad[d]
-            else:
-                step = eps * d
-                an[j] = float(np.sum(grad * d))
-            plus = loss({**inputs, x: x0 + step})
-            minus = loss({**inputs, x: x0 - step})
-            fd[j] = (plus - minus) / (2 * eps)
-        if len(directions):
-            abs_err = float(np.max(np.abs(an - fd)))
-            scale = max(float(np.max(np.abs(fd))), 1e-12)
-        else:
-            abs_err, scale = 0.0, 1e-12
-        rel = abs_err / scale
-        ok = bool(np.isfinite(rel) and rel <= tol)
-        results.append(CheckResult(x, gname, rel, abs_err, n_elems, n_dirs, tol, ok, an, fd))
-    return results
+            step = eps * d
+            an[j] = float(np.sum(grad * d))
+        plus = loss({**inputs, x: x0 + step})
+        minus = loss({**inputs, x: x0 - step})
+        fd[j] = (plus - minus) / (2 * eps)
+    if len(directions):
+        abs_err = float(np.max(np.abs(an - fd)))
+        scale = max(float(np.max(np.abs(fd))), 1e-12)
+    else:
+        abs_err, scale = 0.0, 1e-12
+    rel = abs_err / scale
+    ok = bool(np.isfinite(rel) and rel <= tol)
+    return CheckResult(x, gname, rel, abs_err, n_elems, n_dirs, tol, ok, an, fd)

@@ -22,7 +22,7 @@ import dataclasses
 import re
 import types
 import typing
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Sequence
 
 from tcc.ir.diagnostics import TccError
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -34,14 +34,6 @@ DEFAULT_GRAD_PIPELINE = (
 #: Forward mode reads its inputs at the same indices as the function: a gather
 #: by construction, with no constrained sums to solve.
 DEFAULT_FORWARD_PIPELINE = "infer-ranges,autodiff{{of={of} wrt={wrt} mode=forward}},simplify,cse"
-
-
-class Instrument(Protocol):
-    """The hook protocol (every method optional in practice: see :class:`BaseInstrument`)."""
-
-    def before_pass(self, pass_: Pass, index: int, program: Any) -> None: ...
-
-    def after_pass(self, pass_: Pass, index: int, program: Any) -> None: ...
 
 
 # ---------------------------------------------------------------------------
@@ -230,22 +222,53 @@ def resolve_pipeline(passes: str | Sequence[Pass]) -> list[Pass]:
     return out
 
 
-def grad_pipeline(of: str, wrt: Sequence[str] | str, mode: str = "reverse", seed: str = "input") -> list[Pass]:
-    """The default derivative pipeline for ``d of / d wrt``.
+def derivative_pipeline(
+    of: str,
+    wrt: Sequence[str] | str,
+    mode: str = "reverse",
+    seed: str = "input",
+    passes: str | Sequence[Pass] | None = None,
+    *,
+    override: bool = False,
+) -> list[Pass]:
+    """The pipeline of one derivative: the one builder behind ``grad``, ``jacobian``, ``hessian``
+    (both stages), ``jvp`` and ``check``, from the API and the command line alike.
 
-    ``mode``/``seed`` are the options of ``autodiff``: ``seed="delta"`` gives
-    the full Jacobian, ``mode="forward"`` the Jacobian-vector product.
+    Without ``passes`` it is the default pipeline: ``mode``/``seed`` are the
+    options of ``autodiff`` (``seed="delta"`` gives the full Jacobian and adds
+    ``inline-guards``, ``mode="forward"`` the Jacobian-vector product).
+
+    With ``passes`` (a spec string or Pass instances) it is those passes.  By
+    default their own options win, and ``of``/``wrt`` only fill the options
+    left empty (a bare ``autodiff``): the user who wrote the pipeline chose
+    what it computes.  With ``override`` the caller has chosen (a Jacobian, a
+    Hessian's stage, a JVP), so every ``autodiff`` is told ``of``, ``wrt``,
+    ``mode`` and ``seed``.
     """
     if isinstance(wrt, str):
         wrt = [w.strip() for w in wrt.split(",") if w.strip()]
+    if passes is not None:
+        pipeline = resolve_pipeline(passes)
+        if override:
+            return [
+                dataclasses.replace(p, of=of, wrt=tuple(wrt), mode=mode, seed=seed) if p.name == "autodiff" else p
+                for p in pipeline
+            ]
+        return _fill_derivative_options(pipeline, of, wrt)
     spec = DEFAULT_FORWARD_PIPELINE if mode == "forward" else DEFAULT_GRAD_PIPELINE
     if seed == "delta" and mode == "reverse":
         spec = spec.replace("simplify,", "simplify,inline-guards,")
-    passes = parse_pipeline(spec.format(of=of, wrt=",".join(wrt)))
-    return [dataclasses.replace(p, mode=mode, seed=seed) if p.name == "autodiff" else p for p in passes]
+    default = parse_pipeline(spec.format(of=of, wrt=",".join(wrt)))
+    return [dataclasses.replace(p, mode=mode, seed=seed) if p.name == "autodiff" else p for p in default]
 
 
-def fill_grad_options(passes: Sequence[Pass], of: str, wrt: Sequence[str]) -> list[Pass]:
+def grad_pipeline(of: str, wrt: Sequence[str] | str, mode: str = "reverse", seed: str = "input") -> list[Pass]:
+    """The default derivative pipeline for ``d of / d wrt`` (:func:`derivative_pipeline` without
+    ``passes``; kept as the public name, ``tcc.grad_pipeline``)."""
+    return derivative_pipeline(of, wrt, mode, seed)
+
+
+def _fill_derivative_options(passes: Sequence[Pass], of: str, wrt: Sequence[str]) -> list[Pass]:
     """Give passes with empty ``of`` / ``wrt`` options (a bare ``autodiff``) these values."""
     out = []
     for p in passes:

@@ -10,6 +10,11 @@ the expression unifies the ones it says are equal (``A``'s second axis and
 definition ``f`` (or the first free name ``f2``, ...).  ``tcc grad`` of such a
 file prints the full derivative tensor, of order order(f) + order(x), as the
 appendix of the thesis does.
+
+This module is the grammar only: :func:`read_lippmann` reads the form from a
+:class:`tcc.ir.parser.Parser` it is handed (as :mod:`tcc.ir.einstein` does),
+so the parser imports it and not the other way round.  The one loader that
+tells the two forms apart is :func:`tcc.ir.parser.parse_source`.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from .index import Affine
 from .lexer import KEYWORDS
 from .program import Definition, Program, TensorDecl
 
-__all__ = ["LippmannProblem", "is_lippmann", "parse_lippmann"]
+__all__ = ["LippmannProblem", "is_lippmann", "read_lippmann"]
 
 
 @dataclass(frozen=True)
@@ -40,13 +45,8 @@ def is_lippmann(text: str) -> bool:
     return False
 
 
-def parse_lippmann(text: str, filename: str = "<input>") -> LippmannProblem:
-    from .parser import _run
-
-    return _run(text, filename, _problem)
-
-
-def _problem(p) -> LippmannProblem:  # noqa: ANN001 - tcc.ir.parser.Parser
+def read_lippmann(p) -> LippmannProblem:  # noqa: ANN001 - tcc.ir.parser.Parser, which imports this module
+    """The whole input, in Lippmann's form, from the parser ``p`` at its first token."""
     tok = p.peek()
     if not tok.is_word("declare"):
         raise p.unexpected("'declare'", tok)

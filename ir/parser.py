@@ -53,8 +53,9 @@ from .expr import (
 from .index import Affine, And, Compare, Cond, Not, Or
 from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
 from .program import Definition, Program, TensorDecl
+from .lippmann import LippmannProblem, is_lippmann, read_lippmann
 
-__all__ = ["parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
+__all__ = ["parse_source", "parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
 
 MAX_DEPTH = 100  # nesting levels; deeper input is reported instead of overflowing the stack
 
@@ -641,14 +642,24 @@ def _run(text: str, filename: str, fn):  # noqa: ANN001, ANN202
         ) from None
 
 
-def parse_program(text: str, filename: str = "<input>") -> Program:
-    """A program in the tcc language, or in Lippmann's ``declare ...`` form (:mod:`tcc.ir.lippmann`)."""
-    from .lippmann import is_lippmann, parse_lippmann
+def parse_source(text: str, filename: str = "<input>") -> Program | LippmannProblem:
+    """Source text in either form: the one place that tells the tcc language from Lippmann's.
 
+    Lippmann's ``declare ... derivative wrt x`` form (:mod:`tcc.ir.lippmann`)
+    also says what to differentiate, so it comes back as a
+    :class:`~tcc.ir.lippmann.LippmannProblem` (its program, ``of`` and
+    ``wrt``); a program in the tcc language comes back as itself.
+    """
     text = _strip_bom(text)
     if is_lippmann(text):
-        return parse_lippmann(text, filename).program
+        return _run(text, filename, read_lippmann)
     return _run(text, filename, lambda p: p.program())
+
+
+def parse_program(text: str, filename: str = "<input>") -> Program:
+    """A program in the tcc language, or in Lippmann's ``declare ...`` form (:mod:`tcc.ir.lippmann`)."""
+    source = parse_source(text, filename)
+    return source.program if isinstance(source, LippmannProblem) else source
 
 
 def _single(method: str, indices: Iterable[str]):  # noqa: ANN202

@@ -19,7 +19,7 @@ import pytest
 import tcc
 from tcc.ir.diagnostics import TccError
 from tcc.driver import main
-from tcc.ir.lippmann import parse_lippmann
+from tcc.ir.parser import parse_source
 
 ROOT = Path(__file__).resolve().parent.parent
 APPENDIX = [
@@ -66,7 +66,7 @@ def _close(actual: np.ndarray, expected: np.ndarray, tol: float) -> None:
 
 @pytest.mark.parametrize("text", VALID, ids=[f"appendix{k:02d}" for k in range(len(VALID))])
 def test_appendix_example_derivative_matches_finite_differences(text):
-    problem = parse_lippmann(text)
+    problem = parse_source(text)
     program = problem.program
     jp = tcc.grad(text, seed="delta")  # what `tcc grad FILE` prints for this form
     (out,) = jp.outputs
@@ -81,13 +81,13 @@ def test_appendix_example_derivative_matches_finite_differences(text):
 
 def test_appendix_example_with_an_undeclared_argument_is_an_error():
     with pytest.raises(TccError) as info:
-        parse_lippmann(APPENDIX[-1])
+        parse_source(APPENDIX[-1])
     assert info.value.message == "'a' is not declared (declared: X)"
     assert info.value.loc.col == APPENDIX[-1].index("wrt a") + 5
 
 
 def test_appendix_sizes_are_unified_by_the_expression():
-    p = parse_lippmann("declare A 2 x 1 expression (A + 1) *(ij,j->i) x derivative wrt A").program
+    p = parse_source("declare A 2 x 1 expression (A + 1) *(ij,j->i) x derivative wrt A").program
     assert str(p).splitlines()[0] == "input A[n1, n2], x[n2]"
     jp = tcc.grad(p, of="f", wrt="A", seed="delta")
     assert str(jp).splitlines()[-1] == "dA[df_0, dA_0, dA_1] = where(dA_0 == df_0, x[dA_1], 0)"

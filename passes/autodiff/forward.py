@@ -13,15 +13,15 @@ its scalar expression: an access ``x[e]`` of a ``wrt`` input becomes
 becomes ``sum[k](tangent of b)`` over the same range, ``where(c, a, b)``
 becomes ``where(c, ta, tb)``, and unary functions and binary operators follow
 the chain rule.  The local derivatives are reverse mode's own
-(:func:`tcc.passes.autodiff.child_adjoints`, called with the tangent of one
+(:func:`tcc.passes.autodiff.rules.child_adjoints`, called with the tangent of one
 child as the "adjoint"): both modes share one table of rules, and the value of
 a definition's body is read back as ``h[α]`` (``exp``, ``tanh``,
 ``sigmoid``...) just as reverse mode does.
 
 No index equation has to be solved: the tangent of ``f[α]`` reads the
 tangents at exactly the points ``f[α]`` reads the arguments, so forward mode
-is a gather by construction.  Zero tangents are skipped (``autodiff._mul`` /
-``_add``); nothing else is folded.
+is a gather by construction.  Zero tangents are skipped (``rules.mul`` /
+``rules.add``); nothing else is folded.
 
 **Jacobians** (``seed=delta``).  The seed ``dx[e]`` is the Kronecker delta
 ``where(e == β, 1, 0)``; every tangent ``dh`` gets ``x``'s indices ``β`` as
@@ -79,7 +79,7 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.passes.autodiff import _add, _div, _mul, check_arguments, child_adjoints, relevant_definitions
+from tcc.passes.autodiff.rules import add, check_arguments, child_adjoints, div, mul, relevant_definitions
 
 __all__ = ["differentiate_forward"]
 
@@ -112,7 +112,7 @@ def _delta(indices: Sequence[Affine], beta: Sequence[str]) -> Expr:
 class _Lifter:
     """Moves zero-guards out of negations, products and numerators (delta mode only).
 
-    ``autodiff._mul`` already keeps a guard outermost in a product; a rule that
+    ``rules.mul`` already keeps a guard outermost in a product; a rule that
     negates or divides (``log``, ``/``, ``-``) can still bury one.  The value is
     unchanged; ``simplify`` would lift them too, but the sums must see the
     guards before ``simplify`` runs (see :meth:`_Forward.make_sum`).
@@ -145,8 +145,8 @@ class _Lifter:
             b = (yield self.step(e.rhs)) if e.op == "*" else e.rhs
             if is_guard(a) or is_guard(b):
                 if e.op == "/":
-                    return Where(a.cond, (yield self.step(_div(a.then, b))), ZERO)
-                return _mul(a, b)  # keeps the guards outermost
+                    return Where(a.cond, (yield self.step(div(a.then, b))), ZERO)
+                return mul(a, b)  # keeps the guards outermost
             return e if (a is e.lhs and b is e.rhs) else Binary(e.op, a, b)
         return e
 
@@ -295,7 +295,7 @@ class _Forward:
                         continue
                     for c, term in child_adjoints(n, tc, value):
                         if c is child:
-                            t = _add(t, term)
+                            t = add(t, term)
             elif isinstance(n, MatrixFn):  # pragma: no cover - the parser keeps it a whole body
                 raise TccError(f"{n} must be the whole body of a definition")
             tangent[id(n)] = t
@@ -315,7 +315,7 @@ class _Forward:
             return rebuild(node, (body_tangent,))
         out: Expr | None = None
         for term in trampoline(self.terms(body_tangent)):
-            out = _add(out, self.sum_term(node, term))
+            out = add(out, self.sum_term(node, term))
         assert out is not None
         return out
 
@@ -394,8 +394,8 @@ class _Forward:
         a_ik, b_kj = Access(a, (i, K)), Access(b, (K, j))
         da, db = access_tangent(a_ik), access_tangent(b_kj)
         out: Expr | None = None
-        for body in ([] if da is None else [_mul(da, b_kj)]) + ([] if db is None else [_mul(a_ik, db)]):
-            out = _add(out, self.make_sum(Sum(k, zero, (inner - 1,), body), body))
+        for body in ([] if da is None else [mul(da, b_kj)]) + ([] if db is None else [mul(a_ik, db)]):
+            out = add(out, self.make_sum(Sum(k, zero, (inner - 1,), body), body))
         return ZERO if out is None else out
 
     def matrix_tangent(self, h: Definition, dname: str, access_tangent: Callable[[Access], Expr | None]) -> Expr:
@@ -427,14 +427,14 @@ class _Forward:
         if fn == "inv" or fn == "adj":
             i, j = (Affine.var(v) for v in h.indices)
             # Σ_{p,q} inv(A)[i, p] · dA[p, q] · inv(A)[q, j]
-            sandwich = sum_pq(_mul(_mul(inv(i, P), d_a(P, Q)), inv(Q, j)))
+            sandwich = sum_pq(mul(mul(inv(i, P), d_a(P, Q)), inv(Q, j)))
             if fn == "inv":
                 return neg(sandwich)
         # Σ_{p,q} inv(A)[q, p] · dA[p, q]  (the trace of inv(A)·dA)
-        trace = sum_pq(_mul(inv(Q, P), d_a(P, Q)))
+        trace = sum_pq(mul(inv(Q, P), d_a(P, Q)))
         if fn == "logdet":
             return trace
         if fn == "det":
-            return _mul(Access(h.name, ()), trace)
+            return mul(Access(h.name, ()), trace)
         det = Access(self.helper("det", a), ())
-        return Binary("-", _mul(_mul(det, trace), inv(i, j)), _mul(det, sandwich))
+        return Binary("-", mul(mul(det, trace), inv(i, j)), mul(det, sandwich))

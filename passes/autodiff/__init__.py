@@ -1,0 +1,46 @@
+"""``autodiff``: the derivative pass, one package for both of its modes.
+
+Reverse mode (:mod:`.reverse`, adjoints in delta form) and forward mode
+(:mod:`.forward`, tangents) apply the same local derivatives to the same
+definitions; :mod:`.rules` holds what they share, so neither mode imports the
+other and the pass itself is only the choice between them.  The pass table
+names ``tcc.passes.autodiff:AutoDiff``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tcc.ir.diagnostics import TccError
+from tcc.ir.program import Program
+from tcc.passes.autodiff.forward import differentiate_forward
+from tcc.passes.autodiff.reverse import differentiate
+from tcc.passes.pass_base import Level, Pass, PassContext
+
+__all__ = ["AutoDiff", "differentiate", "differentiate_forward"]
+
+
+@dataclass(frozen=True)
+class AutoDiff(Pass):
+    """The pass: its options choose the mode and the seed, the modules of this package do the work."""
+
+    name = "autodiff"
+    level = Level.INDEX
+    summary = "reverse-mode derivative of one definition w.r.t. inputs, in delta form (eq. 40)"
+
+    of: str = ""
+    wrt: tuple[str, ...] = ()
+    #: ``reverse`` (adjoints ``dx`` from a seed ``df``) or ``forward`` (the
+    #: tangent ``df`` of f from tangents ``dx`` of the inputs: a Jacobian-vector product)
+    mode: str = "reverse"
+    #: ``input``: the seed is a new input; ``delta``: it is the Kronecker delta, so
+    #: the result is the full Jacobian (seed 000, sec. 5.3), with f's indices first
+    seed: str = "input"
+
+    def run(self, program: Program, ctx: PassContext) -> Program:
+        if self.mode not in ("reverse", "forward"):
+            raise TccError(f"autodiff: mode must be 'reverse' or 'forward', not '{self.mode}'")
+        if self.seed not in ("input", "delta"):
+            raise TccError(f"autodiff: seed must be 'input' or 'delta', not '{self.seed}'")
+        if self.mode == "forward":
+            return differentiate_forward(program, self.of, self.wrt, delta=self.seed == "delta")
+        return differentiate(program, self.of, self.wrt, delta=self.seed == "delta")
