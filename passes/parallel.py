@@ -41,9 +41,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
-from tcc.ir.loops import For, Kernel, LoopProgram, strides_with
+from tcc.ir.loop_analysis import buffer_accesses, strides_with
+from tcc.ir.loops import For, Kernel, LoopProgram
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.fuse import buffer_accesses
 
 
 def separates(ix: Affine, var: str, sizes: set[str]) -> bool:

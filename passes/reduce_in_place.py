@@ -33,7 +33,8 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, Expr, postorder, transform
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band, stride_cost
+from tcc.ir.loop_analysis import reduction_band, stride_cost
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 

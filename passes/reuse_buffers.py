@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tcc.ir.expr import Access, Expr, transform
+from tcc.ir.loop_analysis import all_writes, map_exprs, read_names
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import all_writes, map_exprs, read_names
 
 
 def rename_buffers(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:

@@ -62,10 +62,10 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, fresh_name
 from tcc.ir.index import Affine, Compare
-from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store, substitute_stmts, walk_stmts
+from tcc.ir.loop_analysis import declared_scalars, program_names, read_names, substitute_stmts, walk_stmts
+from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Local, LoopProgram, Stmt, Store
 from tcc.ir.polyhedra import program_facts
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import program_names, read_names
 
 #: what an extent that is not a constant counts as when estimating work
 SYMBOLIC_EXTENT = 1024
@@ -107,7 +107,7 @@ def _accumulates_only(body: tuple[Stmt, ...], acc: str) -> bool:
     (``acc += acc * 0.5 + x[k]`` is a recurrence, not a sum)."""
     if acc in read_names(body):
         return False
-    declared = {s.name for s in walk_stmts(body) if isinstance(s, (Let, Local))}
+    declared = set(declared_scalars(body))
     for s in walk_stmts(body):
         if isinstance(s, Store):
             return False
