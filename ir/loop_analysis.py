@@ -51,8 +51,11 @@ __all__ = [
     "fold_bounds",
     "loads",
     "map_exprs",
+    "map_stmts",
     "names_read_anywhere",
     "outer_writes",
+    "owns",
+    "perfect_nest",
     "program_names",
     "read_names",
     "reduction_band",
@@ -289,6 +292,13 @@ def strides_with(ix: Affine, var: str) -> bool:
     return not any(isinstance(a, (FloorDiv, Mod)) and var in a.num.names() for a in ix.atoms())
 
 
+def owns(ix: Affine, var: str, outer: set[str]) -> bool:
+    """``ix`` is ``c*var + r`` with ``c != 0``, ``var`` outside ``//``/``%``, and ``r``
+    using only ``outer`` names: distinct values of ``var`` touch distinct
+    elements once ``outer`` is fixed (``fuse`` and ``parallel``'s independence test)."""
+    return strides_with(ix, var) and set(ix.names()) - {var} <= outer
+
+
 def stride_cost(var: str, values: "list[Expr] | tuple[Expr, ...]", buffers: "set[str] | dict[str, int]") -> int:
     """The stride model of ``interchange`` and ``reduce-in-place``: each load in
     ``values`` charges ``var`` how far its last index position is from the
@@ -317,13 +327,19 @@ def fold_bounds(terms: tuple[Affine, ...], lower: bool) -> tuple[Affine, ...]:
     return (Affine.constant(max(consts) if lower else min(consts)),) + rest
 
 
+def perfect_nest(loop: For) -> list[For]:
+    """``loop`` and the loops perfectly nested inside it (each body one ``For``), outermost first."""
+    nest = [loop]
+    while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], For):
+        nest.append(nest[-1].body[0])
+    return nest
+
+
 def reduction_band(loop: For) -> list[For] | None:
     """The perfectly nested loops from ``loop`` down whose innermost body only
     binds ``let``s and accumulates into scalars -- a reduction whose loops may
     be reordered or jammed -- or None."""
-    band = [loop]
-    while len(band[-1].body) == 1 and isinstance(band[-1].body[0], For):
-        band.append(band[-1].body[0])
+    band = perfect_nest(loop)
     inner = band[-1].body
     if not inner or not all(isinstance(s, Let) or (isinstance(s, Accumulate) and not s.indices) for s in inner):
         return None
@@ -335,25 +351,36 @@ def reduction_band(loop: For) -> list[For] | None:
 # ---------------------------------------------------------------------------
 
 
-def map_exprs(body: Sequence[Stmt], fn: Callable[[Expr], Expr]) -> tuple[Stmt, ...]:
-    """Apply ``fn`` to every scalar expression of a statement list."""
+def map_stmts(body: Sequence[Stmt], fn: Callable[[Stmt], tuple[Stmt, ...]]) -> tuple[Stmt, ...]:
+    """``body`` with every statement that is not a loop or a test replaced by
+    ``fn`` of it (any number of statements: none drops it); loops and tests
+    are rebuilt around their rewritten bodies."""
     out: list[Stmt] = []
     for s in body:
         if isinstance(s, For):
-            out.append(replace(s, body=map_exprs(s.body, fn)))
+            out.append(replace(s, body=map_stmts(s.body, fn)))
         elif isinstance(s, If):
-            out.append(replace(s, then=map_exprs(s.then, fn), orelse=map_exprs(s.orelse, fn)))
-        elif isinstance(s, Let):
-            out.append(replace(s, value=fn(s.value)))
-        elif isinstance(s, Local):
-            out.append(replace(s, init=fn(s.init)))
-        elif isinstance(s, (Store, Accumulate)):
-            out.append(replace(s, value=fn(s.value)))
-        elif isinstance(s, Extern):
-            out.append(s)  # no scalar expressions
-        else:  # pragma: no cover
-            raise TypeError(s)
+            out.append(replace(s, then=map_stmts(s.then, fn), orelse=map_stmts(s.orelse, fn)))
+        else:
+            out.extend(fn(s))
     return tuple(out)
+
+
+def map_exprs(body: Sequence[Stmt], fn: Callable[[Expr], Expr]) -> tuple[Stmt, ...]:
+    """Apply ``fn`` to every scalar expression of a statement list."""
+
+    def leaf(s: Stmt) -> tuple[Stmt, ...]:
+        if isinstance(s, Let):
+            return (replace(s, value=fn(s.value)),)
+        if isinstance(s, Local):
+            return (replace(s, init=fn(s.init)),)
+        if isinstance(s, (Store, Accumulate)):
+            return (replace(s, value=fn(s.value)),)
+        if isinstance(s, Extern):
+            return (s,)  # no scalar expressions
+        raise TypeError(s)  # pragma: no cover
+
+    return map_stmts(body, leaf)
 
 
 def rename_reads(body: Sequence[Stmt], old: str, new: str) -> tuple[Stmt, ...]:

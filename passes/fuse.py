@@ -52,9 +52,10 @@ from tcc.ir.loop_analysis import (
     bound_inside,
     buffer_accesses,
     map_exprs,
+    owns,
+    perfect_nest,
     program_names,
     rename_reads,
-    strides_with,
     substitute_stmts,
     walk_exprs,
     walk_stmts,
@@ -77,11 +78,6 @@ def rename(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:
 # ---------------------------------------------------------------------------
 # Ownership of accesses
 # ---------------------------------------------------------------------------
-
-
-def owns(ix: Affine, var: str, outer: set[str]) -> bool:
-    """``ix`` is ``c*var + r`` with ``c != 0`` and ``r`` using only ``outer`` names."""
-    return strides_with(ix, var) and set(ix.names()) - {var} <= outer
 
 
 def separated(accesses: list[tuple[str, tuple[Affine, ...], bool]], fused: Sequence[str], sizes: set[str]) -> bool:
@@ -113,12 +109,8 @@ def separated(accesses: list[tuple[str, tuple[Affine, ...], bool]], fused: Seque
 
 def _spine(kernel: Kernel) -> list[For]:
     """The perfectly nested loops at the top of a kernel (each body one For)."""
-    out: list[For] = []
     body = kernel.body
-    while len(body) == 1 and isinstance(body[0], For):
-        out.append(body[0])
-        body = body[0].body
-    return out
+    return perfect_nest(body[0]) if len(body) == 1 and isinstance(body[0], For) else []
 
 
 class _Fuser:

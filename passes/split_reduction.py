@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, fresh_name
 from tcc.ir.index import Affine, Compare
-from tcc.ir.loop_analysis import declared_scalars, program_names, read_names, substitute_stmts, walk_stmts
+from tcc.ir.loop_analysis import declared_scalars, perfect_nest, program_names, read_names, substitute_stmts, walk_stmts
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Local, LoopProgram, Stmt, Store
 from tcc.ir.polyhedra import program_facts
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -114,14 +114,6 @@ def _accumulates_only(body: tuple[Stmt, ...], acc: str) -> bool:
         if isinstance(s, Accumulate) and (s.indices or (s.target != acc and s.target not in declared)):
             return False
     return True
-
-
-def _chain(loop: For) -> list[For]:
-    """The reduction loop and the loops perfectly nested inside it."""
-    chain = [loop]
-    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], For):
-        chain.append(chain[-1].body[0])
-    return chain
 
 
 def _split_at(chain: list[For]) -> int:
@@ -202,7 +194,7 @@ class _Splitter:
         shape = _match(kernel)
         if shape is None:
             return (kernel,)
-        chain = _chain(shape.loop)
+        chain = perfect_nest(shape.loop)  # the reduction loop and the loops perfectly nested inside it
         m = _split_at(chain)
         loop = chain[m]
         P = min(self.parts(shape), _largest_power_of_two(_extent(loop.lo, loop.hi)))  # no part left empty
