@@ -31,6 +31,11 @@ bounds are inclusive, like the language's ``sum[k: lo..hi]``: the loop runs
 ``max(lo...) <= v <= min(hi...)`` and not at all if that range is empty.
 Floor and ceiling division appear as ``FloorDiv`` atoms inside the affine
 forms (``ceil(a/d)`` is written ``(a + d - 1) // d``).
+
+The walker primitives (:func:`children`, :func:`walk_stmts`,
+:func:`stmt_exprs`) stay with the nodes: the verifier and the LLVM backend
+use them as they are.  What statements read and write, and the rewriters the
+L2 passes share, are in :mod:`tcc.ir.loop_analysis`.
 """
 from __future__ import annotations
 

@@ -82,6 +82,8 @@ __all__ = ["Hoist", "hoist_program"]
 def hoist_program(
     program: LoopProgram, factor: bool = True, licm: bool = True, extract: bool = True, extract_lets: bool = True
 ) -> LoopProgram:
+    """The phases in their order (licm, factor, licm again, extract), each kernel on its own;
+    ``taken`` is shared by all of them so fresh names stay fresh across kernels."""
     checker = BoundsChecker(program)
     taken = program_names(program)
     top = program_facts(program.sizes)

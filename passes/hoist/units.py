@@ -17,6 +17,9 @@ from tcc.ir.loops import For, If, Let, Local, Stmt
 
 @dataclass(frozen=True)
 class Unit:
+    """A let, a reduction (its ``local`` and the statements that accumulate
+    into it) or another statement: what moves, or stays, as one piece."""
+
     stmts: tuple[Stmt, ...]
     kind: str  # "let", "reduction" or "other"
 
