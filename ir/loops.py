@@ -31,6 +31,11 @@ bounds are inclusive, like the language's ``sum[k: lo..hi]``: the loop runs
 ``max(lo...) <= v <= min(hi...)`` and not at all if that range is empty.
 Floor and ceiling division appear as ``FloorDiv`` atoms inside the affine
 forms (``ceil(a/d)`` is written ``(a + d - 1) // d``).
+
+The walker primitives (:func:`children`, :func:`walk_stmts`,
+:func:`stmt_exprs`) stay with the nodes: the verifier and the LLVM backend
+use them as they are.  What statements read and write, and the rewriters the
+L2 passes share, are in :mod:`tcc.ir.loop_analysis`.
 """
 from __future__ import annotations
 
@@ -204,11 +209,12 @@ class LoopProgram:
 
 
 # ---------------------------------------------------------------------------
-# Traversal helpers
+# Traversal primitives (the analyses built on them: tcc.ir.loop_analysis)
 # ---------------------------------------------------------------------------
 
 
 def children(s: Stmt) -> tuple[Stmt, ...]:
+    """The statements nested directly in ``s`` (a loop's body, both branches of a test)."""
     if isinstance(s, For):
         return s.body
     if isinstance(s, If):
@@ -298,118 +304,3 @@ def format_loop_program(program: LoopProgram) -> str:
         lines += format_stmts(k.body, 1, printer)
         lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------
-# Shared analyses and rewrites (used by several L2 passes and the verifier)
-# ---------------------------------------------------------------------------
-
-
-def strides_with(ix: Affine, var: str) -> bool:
-    """``ix`` is ``c*var + rest`` with ``c != 0`` and ``var`` not inside ``//`` or ``%``.
-
-    Such an index is one to one in ``var`` while ``rest`` is fixed: the basis
-    of every race-freedom and fusion argument on L2.
-    """
-    from .index import FloorDiv, Mod
-
-    if ix.coeff(var) == 0:
-        return False
-    return not any(isinstance(a, (FloorDiv, Mod)) and var in a.num.names() for a in ix.atoms())
-
-
-def stride_cost(var: str, values: "list[Expr] | tuple[Expr, ...]", buffers: "set[str] | dict[str, int]") -> int:
-    """The stride model of ``interchange`` and ``reduce-in-place``: each load in
-    ``values`` charges ``var`` how far its last index position is from the
-    contiguous (last) dimension; a variable with a small cost walks memory."""
-    from .expr import Access as _Access, postorder as _postorder
-
-    cost = 0
-    for v in values:
-        for n in _postorder(v):
-            if isinstance(n, _Access) and n.tensor in buffers and n.indices:
-                positions = [p for p, ix in enumerate(n.indices) if var in ix.names()]
-                if positions:
-                    cost += len(n.indices) - 1 - positions[-1]
-    return cost
-
-
-def fold_bounds(terms: tuple[Affine, ...], lower: bool) -> tuple[Affine, ...]:
-    """Merge the constant terms of a ``max`` (lower) or ``min`` (upper) bound and drop repeats."""
-    consts = [t.const for t in terms if t.is_constant]
-    rest = tuple(dict.fromkeys(t for t in terms if not t.is_constant))
-    if not consts:
-        return rest
-    return (Affine.constant(max(consts) if lower else min(consts)),) + rest
-
-
-def reduction_band(loop: For) -> list[For] | None:
-    """The perfectly nested loops from ``loop`` down whose innermost body only
-    binds ``let``s and accumulates into scalars -- a reduction whose loops may
-    be reordered or jammed -- or None."""
-    band = [loop]
-    while len(band[-1].body) == 1 and isinstance(band[-1].body[0], For):
-        band.append(band[-1].body[0])
-    inner = band[-1].body
-    if not inner or not all(isinstance(s, Let) or (isinstance(s, Accumulate) and not s.indices) for s in inner):
-        return None
-    return band
-
-
-def substitute_stmts(
-    body: tuple[Stmt, ...], indices: dict[str, Affine], scalars: dict[str, str] | None = None
-) -> tuple[Stmt, ...]:
-    """``body`` with index names replaced by affine forms and scalars (``let``/``local``) renamed.
-
-    A loop whose variable maps to a plain variable is renamed with it (that is
-    how ``fuse`` unifies two nests); an index mapped to anything else must not
-    be a loop variable of ``body`` (``unroll-jam`` substitutes the unrolled
-    variable, which is bound outside).
-    """
-    from .expr import Access as _Access, Where as _Where, transform as _transform
-
-    scalars = scalars or {}
-
-    def aff(items: tuple[Affine, ...]) -> tuple[Affine, ...]:
-        return tuple(a.substitute(indices) for a in items)
-
-    def node(n: Expr) -> Expr:
-        if isinstance(n, _Access):
-            name = scalars.get(n.tensor, n.tensor) if not n.indices else n.tensor
-            return _Access(name, aff(n.indices))
-        if isinstance(n, _Where):
-            return _Where(n.cond.substitute(indices), n.then, n.other)
-        return n
-
-    def expr(e: Expr) -> Expr:
-        return _transform(e, node)
-
-    def loop_var(v: str) -> str:
-        new = indices.get(v)
-        if new is None:
-            return v
-        if len(new.terms) == 1 and new.const == 0 and new.terms[0][1] == 1 and isinstance(new.terms[0][0], str):
-            return new.terms[0][0]
-        raise ValueError(f"loop variable '{v}' can only be renamed, not replaced by {new}")
-
-    out: list[Stmt] = []
-    for s in body:
-        if isinstance(s, For):
-            out.append(replace(s, var=loop_var(s.var), lo=aff(s.lo), hi=aff(s.hi), body=substitute_stmts(s.body, indices, scalars)))
-        elif isinstance(s, If):
-            out.append(If(s.cond.substitute(indices), substitute_stmts(s.then, indices, scalars),
-                          substitute_stmts(s.orelse, indices, scalars)))
-        elif isinstance(s, Let):
-            out.append(Let(scalars.get(s.name, s.name), expr(s.value)))
-        elif isinstance(s, Local):
-            out.append(Local(scalars.get(s.name, s.name), expr(s.init)))
-        elif isinstance(s, Store):
-            out.append(Store(s.buffer, aff(s.indices), expr(s.value)))
-        elif isinstance(s, Accumulate):
-            target = scalars.get(s.target, s.target) if not s.indices else s.target
-            out.append(Accumulate(target, aff(s.indices), expr(s.value)))
-        elif isinstance(s, Extern):
-            out.append(s)  # whole buffers: no indices or scalars to rename
-        else:  # pragma: no cover - closed set
-            raise TypeError(f"not an L2 statement: {s!r}")
-    return tuple(out)

@@ -72,9 +72,9 @@ from .loops import (
     LoopProgram,
     Stmt,
     Store,
-    strides_with,
     walk_stmts,
 )
+from .loop_analysis import strides_with
 from .diagnostics import Loc, SourceMap
 
 __all__ = ["verify_loops"]

@@ -43,13 +43,25 @@ launch (seed 002, sec. V) and no kernel loses parallelism.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from tcc.ir.expr import Access, Expr, fresh_name, postorder, transform
+from tcc.ir.expr import Access, fresh_name, postorder, transform
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, strides_with, substitute_stmts
+from tcc.ir.loop_analysis import (
+    all_writes,
+    bound_inside,
+    buffer_accesses,
+    map_exprs,
+    owns,
+    perfect_nest,
+    program_names,
+    rename_reads,
+    substitute_stmts,
+    walk_exprs,
+    walk_stmts,
+)
+from tcc.ir.loops import Accumulate, For, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import all_writes, bound_inside, loads, map_exprs, program_names, rename_reads
 
 # ---------------------------------------------------------------------------
 # Renaming
@@ -64,47 +76,8 @@ def rename(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:
 
 
 # ---------------------------------------------------------------------------
-# Accesses
+# Ownership of accesses
 # ---------------------------------------------------------------------------
-
-
-def buffer_accesses(body: Sequence[Stmt], buffers: set[str]) -> list[tuple[str, tuple[Affine, ...], bool]]:
-    """``(buffer, indices, is_write)`` for every load, store and accumulate."""
-    out: list[tuple[str, tuple[Affine, ...], bool]] = []
-
-    def expr(e: Expr) -> None:
-        for a in loads(e):
-            if a.tensor in buffers and (a.indices or a.tensor not in scalars):
-                out.append((a.tensor, a.indices, False))
-
-    scalars: set[str] = set()
-
-    def visit(stmts: Sequence[Stmt]) -> None:
-        for s in stmts:
-            if isinstance(s, For):
-                visit(s.body)
-            elif isinstance(s, If):
-                visit(s.then)
-                visit(s.orelse)
-            elif isinstance(s, (Let, Local)):
-                expr(s.value if isinstance(s, Let) else s.init)
-                scalars.add(s.name)
-            elif isinstance(s, Store):
-                expr(s.value)
-                out.append((s.buffer, s.indices, True))
-            elif isinstance(s, Accumulate):
-                expr(s.value)
-                if s.indices or s.target in buffers and s.target not in scalars:
-                    out.append((s.target, s.indices, True))
-                    out.append((s.target, s.indices, False))
-
-    visit(body)
-    return out
-
-
-def owns(ix: Affine, var: str, outer: set[str]) -> bool:
-    """``ix`` is ``c*var + r`` with ``c != 0`` and ``r`` using only ``outer`` names."""
-    return strides_with(ix, var) and set(ix.names()) - {var} <= outer
 
 
 def separated(accesses: list[tuple[str, tuple[Affine, ...], bool]], fused: Sequence[str], sizes: set[str]) -> bool:
@@ -136,12 +109,8 @@ def separated(accesses: list[tuple[str, tuple[Affine, ...], bool]], fused: Seque
 
 def _spine(kernel: Kernel) -> list[For]:
     """The perfectly nested loops at the top of a kernel (each body one For)."""
-    out: list[For] = []
     body = kernel.body
-    while len(body) == 1 and isinstance(body[0], For):
-        out.append(body[0])
-        body = body[0].body
-    return out
+    return perfect_nest(body[0]) if len(body) == 1 and isinstance(body[0], For) else []
 
 
 class _Fuser:
@@ -210,12 +179,12 @@ class _Fuser:
     def forward(self, body1: tuple[Stmt, ...], body2: tuple[Stmt, ...], w2: set[str]) -> tuple[tuple[Stmt, ...], tuple[Stmt, ...]]:
         """Reads in ``body2`` of an element that ``body1`` stored, at the very
         same index, become the stored value (through a ``let``)."""
-        writes = [s for s in _all(body1) if isinstance(s, (Store, Accumulate)) and s.indices]
+        writes = [s for s in walk_stmts(body1) if isinstance(s, (Store, Accumulate)) and s.indices]
         out1: list[Stmt] = []
         for k, s in enumerate(body1):
             if isinstance(s, Store) and s.buffer not in w2 and _only_write(writes, s):
                 target = Access(s.buffer, s.indices)
-                if any(target in set(postorder(e)) for e in _exprs(body2)):
+                if any(target in set(postorder(e)) for e in walk_exprs(body2)):
                     value = s.value
                     declared = {st.name for st in out1 if isinstance(st, (Let, Local))}
                     if not (
@@ -235,16 +204,6 @@ class _Fuser:
         return tuple(out1), body2
 
 
-def _all(body: Sequence[Stmt]) -> Iterable[Stmt]:
-    for s in body:
-        yield s
-        if isinstance(s, For):
-            yield from _all(s.body)
-        elif isinstance(s, If):
-            yield from _all(s.then)
-            yield from _all(s.orelse)
-
-
 def _drop_copies(body: tuple[Stmt, ...], value: Access) -> tuple[Stmt, ...]:
     """``let c = v`` at the top of ``body`` (``v`` the forwarded scalar) goes; reads of ``c`` read ``v``."""
     out: list[Stmt] = []
@@ -260,16 +219,6 @@ def _drop_copies(body: tuple[Stmt, ...], value: Access) -> tuple[Stmt, ...]:
 
 def _only_write(writes: list[Stmt], store: Store) -> bool:
     return sum(1 for w in writes if (w.buffer if isinstance(w, Store) else w.target) == store.buffer) == 1  # type: ignore[union-attr]
-
-
-def _exprs(body: Sequence[Stmt]) -> Iterable[Expr]:
-    for s in _all(body):
-        if isinstance(s, Let):
-            yield s.value
-        elif isinstance(s, Local):
-            yield s.init
-        elif isinstance(s, (Store, Accumulate)):
-            yield s.value
 
 
 def fuse_program(program: LoopProgram, full: bool = False) -> LoopProgram:

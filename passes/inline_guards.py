@@ -26,6 +26,7 @@ from tcc.ir.expr import Access, CSum, Expr, MatrixFn, Sum, is_guard, postorder, 
 from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+from tcc.passes.simplify import simplify_program
 
 
 def _delta_shaped(d: Definition) -> bool:
@@ -49,8 +50,6 @@ def inline_guards(program: Program) -> Program:
 
 
 def _inline_once(program: Program) -> Program:
-    from tcc.passes.simplify import simplify_program
-
     results = set(program.results())
     bodies: dict[str, Definition] = {}
     defs: list[Definition] = []

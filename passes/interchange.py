@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, reduction_band, stride_cost
+from tcc.ir.loop_analysis import reduction_band, stride_cost
+from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 

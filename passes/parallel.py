@@ -41,14 +41,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
-from tcc.ir.loops import For, Kernel, LoopProgram, strides_with
+from tcc.ir.loop_analysis import buffer_accesses, owns
+from tcc.ir.loops import For, Kernel, LoopProgram
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.fuse import buffer_accesses
-
-
-def separates(ix: Affine, var: str, sizes: set[str]) -> bool:
-    """``ix`` is ``c*var + r`` with ``c != 0``, var outside ``//``/``%``, and ``r`` over sizes only."""
-    return strides_with(ix, var) and set(ix.names()) - {var} <= sizes
 
 
 def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:
@@ -59,7 +54,7 @@ def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:
         of_name = [ix for n, ix, _ in accesses if n == name]
         first = of_name[0]
         if not any(
-            separates(e, loop.var, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
+            owns(e, loop.var, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
             for p, e in enumerate(first)
         ):
             return False

@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
-from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt, fold_bounds, strides_with
+from tcc.ir.loop_analysis import fold_bounds, strides_with
+from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 

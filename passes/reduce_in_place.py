@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Const, Expr, postorder, transform
+from tcc.ir.expr import Access, Const, Expr, transform
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, reduction_band, stride_cost
+from tcc.ir.loop_analysis import loads, reduction_band, stride_cost
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 
@@ -77,7 +78,7 @@ class _ReduceInPlace:
         if store.indices != own:
             return None
         values = [s.value for s in inner]
-        reads = {n.tensor for v in values for n in postorder(v) if isinstance(n, Access)}
+        reads = {a.tensor for v in values for a in loads(v)}
         if store.buffer in reads:
             return None
         if stride_cost(loop.var, values, self.buffers) >= stride_cost(band[-1].var, values, self.buffers):

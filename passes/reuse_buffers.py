@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tcc.ir.expr import Access, Expr, transform
-from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, LoopProgram, Stmt, Store
+from tcc.ir.loop_analysis import all_writes, map_exprs, map_stmts, read_names
+from tcc.ir.loops import Accumulate, Buffer, Extern, Kernel, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import all_writes, map_exprs, read_names
 
 
 def rename_buffers(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:
@@ -38,27 +38,16 @@ def rename_buffers(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, .
             return Access(names[n.tensor], n.indices)
         return n
 
-    out: list[Stmt] = []
-    for s in map_exprs(body, lambda e: transform(e, node)):
-        out.append(_rename_targets(s, names))
-    return tuple(out)
+    return map_stmts(map_exprs(body, lambda e: transform(e, node)), lambda s: (_rename_target(s, names),))
 
 
-def _rename_targets(s: Stmt, names: dict[str, str]) -> Stmt:
+def _rename_target(s: Stmt, names: dict[str, str]) -> Stmt:
     if isinstance(s, Store) and s.buffer in names:
         return replace(s, buffer=names[s.buffer])
     if isinstance(s, Accumulate) and s.target in names:
         return replace(s, target=names[s.target])
     if isinstance(s, Extern):
         return replace(s, out=names.get(s.out, s.out), args=tuple(names.get(a, a) for a in s.args))
-    if isinstance(s, For):
-        return replace(s, body=tuple(_rename_targets(x, names) for x in s.body))
-    if isinstance(s, If):
-        return replace(
-            s,
-            then=tuple(_rename_targets(x, names) for x in s.then),
-            orelse=tuple(_rename_targets(x, names) for x in s.orelse),
-        )
     return s
 
 
@@ -87,16 +76,12 @@ def drop_unread_temps(program: LoopProgram) -> LoopProgram:
 
 
 def _drop_writes(body: Sequence[Stmt], dead: set[str]) -> tuple[Stmt, ...]:
-    out: list[Stmt] = []
-    for s in body:
+    def keep(s: Stmt) -> tuple[Stmt, ...]:
         if isinstance(s, Store) and s.buffer in dead or isinstance(s, Accumulate) and s.target in dead:
-            continue
-        if isinstance(s, For):
-            s = replace(s, body=_drop_writes(s.body, dead))
-        elif isinstance(s, If):
-            s = replace(s, then=_drop_writes(s.then, dead), orelse=_drop_writes(s.orelse, dead))
-        out.append(s)
-    return tuple(out)
+            return ()
+        return (s,)
+
+    return map_stmts(body, keep)
 
 
 def reuse_buffers(program: LoopProgram) -> LoopProgram:

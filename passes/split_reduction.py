@@ -62,10 +62,10 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, fresh_name
 from tcc.ir.index import Affine, Compare
-from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store, substitute_stmts, walk_stmts
+from tcc.ir.loop_analysis import declared_scalars, perfect_nest, program_names, read_names, substitute_stmts, walk_stmts
+from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Local, LoopProgram, Stmt, Store
 from tcc.ir.polyhedra import program_facts
 from tcc.passes.pass_base import Level, Pass, PassContext
-from tcc.passes.hoist import program_names, read_names
 
 #: what an extent that is not a constant counts as when estimating work
 SYMBOLIC_EXTENT = 1024
@@ -107,21 +107,13 @@ def _accumulates_only(body: tuple[Stmt, ...], acc: str) -> bool:
     (``acc += acc * 0.5 + x[k]`` is a recurrence, not a sum)."""
     if acc in read_names(body):
         return False
-    declared = {s.name for s in walk_stmts(body) if isinstance(s, (Let, Local))}
+    declared = set(declared_scalars(body))
     for s in walk_stmts(body):
         if isinstance(s, Store):
             return False
         if isinstance(s, Accumulate) and (s.indices or (s.target != acc and s.target not in declared)):
             return False
     return True
-
-
-def _chain(loop: For) -> list[For]:
-    """The reduction loop and the loops perfectly nested inside it."""
-    chain = [loop]
-    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], For):
-        chain.append(chain[-1].body[0])
-    return chain
 
 
 def _split_at(chain: list[For]) -> int:
@@ -202,7 +194,7 @@ class _Splitter:
         shape = _match(kernel)
         if shape is None:
             return (kernel,)
-        chain = _chain(shape.loop)
+        chain = perfect_nest(shape.loop)  # the reduction loop and the loops perfectly nested inside it
         m = _split_at(chain)
         loop = chain[m]
         P = min(self.parts(shape), _largest_power_of_two(_extent(loop.lo, loop.hi)))  # no part left empty

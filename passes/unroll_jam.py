@@ -55,9 +55,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Expr, fresh_name, postorder
+from tcc.ir.expr import Access, fresh_name, postorder
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, fold_bounds, reduction_band, substitute_stmts, walk_stmts
+from tcc.ir.loop_analysis import bound_inside, declared_scalars, fold_bounds, loads, reduction_band, substitute_stmts, walk_exprs, walk_stmts
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 
@@ -69,10 +70,6 @@ from tcc.passes.pass_base import Level, Pass, PassContext
 def _rewrite(body: tuple[Stmt, ...], var: str, value: Affine, names: dict[str, str]) -> tuple[Stmt, ...]:
     """``body`` with ``var`` := ``value`` and scalar names renamed by ``names``."""
     return substitute_stmts(body, {var: value}, names)
-
-
-def _declared(body: tuple[Stmt, ...]) -> list[str]:
-    return [s.name for s in walk_stmts(body) if isinstance(s, (Let, Local))]
 
 
 # ---------------------------------------------------------------------------
@@ -89,16 +86,8 @@ def _shape(band: list[For]) -> tuple:
 
 
 def _loads(stmts: tuple[Stmt, ...], buffers: set[str]) -> set[str]:
-    names: set[str] = set()
-    for s in walk_stmts(stmts):
-        values: list[Expr] = []
-        if isinstance(s, (Let, Store, Accumulate)):
-            values.append(s.value)
-        elif isinstance(s, Local):
-            values.append(s.init)
-        for v in values:
-            names |= {n.tensor for n in postorder(v) if isinstance(n, Access) and n.tensor in buffers}
-    return names
+    """The buffers among ``buffers`` that ``stmts`` load."""
+    return {a.tensor for e in walk_exprs(stmts) for a in loads(e) if a.tensor in buffers}
 
 
 def _written(stmts: tuple[Stmt, ...]) -> set[str]:
@@ -150,11 +139,7 @@ def _jam(copies: list[tuple[Stmt, ...]], buffers: set[str]) -> tuple[Stmt, ...] 
     # a scalar a tail accumulates into must not feed a band or head either
     tail_scalars = {t.target for t in walk_stmts(tuple(tails)) if isinstance(t, Accumulate) and not t.indices}
     scalar_reads = {
-        n.tensor
-        for st in walk_stmts(tuple(heads) + tuple(s for bb in band_bodies for s in bb))
-        for v in ([st.value] if isinstance(st, (Let, Store, Accumulate)) else [st.init] if isinstance(st, Local) else [])
-        for n in postorder(v)
-        if isinstance(n, Access) and not n.indices
+        a.tensor for e in walk_exprs(tuple(heads) + tuple(s for bb in band_bodies for s in bb)) for a in loads(e) if not a.indices
     }
     if tail_scalars & scalar_reads:
         return None
@@ -194,12 +179,7 @@ class _UnrollJam:
     def start_kernel(self, kernel: Kernel) -> None:
         """New names must avoid buffers, sizes and every name the kernel binds."""
         self.stmts = _count(kernel.body)
-        self.taken = self.buffers | self.sizes
-        for s in walk_stmts(kernel.body):
-            if isinstance(s, For):
-                self.taken.add(s.var)
-            elif isinstance(s, (Let, Local)):
-                self.taken.add(s.name)
+        self.taken = self.buffers | self.sizes | bound_inside(kernel.body)
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
@@ -213,7 +193,7 @@ class _UnrollJam:
         lo, hi = loop.lo[0], loop.hi[0]
         strip_var = self.fresh(loop.var + "_s")
         start = lo + Affine.var(strip_var, factor)
-        declared = _declared(loop.body)
+        declared = declared_scalars(loop.body)
         copies = [_rewrite(loop.body, loop.var, start + u, self.copy_names(declared, u)) for u in range(factor)]
         jammed = _jam(copies, self.buffers)
         if jammed is None:
@@ -284,7 +264,7 @@ class _UnrollJam:
         trips = last - first + 1
         if not self.affordable(trips * inner, (trips - 1) * _count(s.body)):
             return None
-        declared = _declared(s.body)
+        declared = declared_scalars(s.body)
         copies = []
         for value in range(first, last + 1):
             names = self.copy_names(declared, value - first)

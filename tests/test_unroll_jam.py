@@ -145,7 +145,8 @@ def _kernel_stats(text: str) -> dict[str, tuple[int, int]]:
     Statements count nested ones (the ``max-stmts`` measure); a band's
     accumulators are the copies jammed into it (the ``max-product`` measure).
     """
-    from tcc.ir.loops import Accumulate, For, reduction_band, walk_stmts
+    from tcc.ir.loop_analysis import reduction_band, walk_stmts
+    from tcc.ir.loops import Accumulate, For
     from tcc.ir.loops_parser import parse_loop_program
 
     stats: dict[str, tuple[int, int]] = {}
