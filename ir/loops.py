@@ -44,7 +44,8 @@ from typing import Iterator, Literal, Union
 
 from .expr import Expr
 from .index import Affine, Cond, format_affine
-from .printer import _Printer, format_cond
+from .expr import ExprPrinter
+from .index import format_cond
 
 Role = Literal["input", "output", "local", "temp"]
 ROLES: tuple[str, ...] = ("input", "output", "local", "temp")
@@ -257,8 +258,8 @@ def _ref(name: str, indices: tuple[Affine, ...]) -> str:
     return f"{name}[{', '.join(format_affine(i) for i in indices)}]"
 
 
-def format_stmts(body: tuple[Stmt, ...], indent: int = 1, printer: _Printer | None = None) -> list[str]:
-    p = printer or _Printer()
+def format_stmts(body: tuple[Stmt, ...], indent: int = 1, printer: ExprPrinter | None = None) -> list[str]:
+    p = printer or ExprPrinter()
     pad = "  " * indent
     lines: list[str] = []
     for s in body:
@@ -297,7 +298,7 @@ def format_loop_program(program: LoopProgram) -> str:
         bufs = [_ref(b.name, b.shape) for b in program.buffers if b.role == role]
         if bufs:
             lines.append(f"{role} " + ", ".join(bufs))
-    printer = _Printer()
+    printer = ExprPrinter()
     for k in program.kernels:
         lines.append("")
         lines.append(f"kernel {k.name} {{")

@@ -14,10 +14,6 @@ from .index import Affine, format_affine, format_cond
 
 __all__ = ["ExprPrinter", "format_cond", "format_expr", "format_program"]
 
-#: The name ``ir/loops.py`` imports the expression printer by.
-_Printer = ExprPrinter
-
-
 def _decl(name: str, extents: tuple[Affine, ...]) -> str:
     if not extents:
         return name
