@@ -1,5 +1,8 @@
 """``lower-llvm``: L2 loop nests to an LLVM module (:mod:`tcc.backends.llvm`).
 
+An L3 pass lives in the backends layer, beside the code it drives, so that
+passes/ never imports a backend (layers import only downward).
+
 The element type and the target are pass options rather than properties of
 the loop program because one L2 program serves every precision and device:
 only this step and the ones after it differ between them.
@@ -34,6 +37,6 @@ class LowerLLVM(Pass):
     ptx: int = 0
 
     def run(self, program, ctx: PassContext):
-        from tcc.backends.llvm import lower_program  # llvmlite is imported only when code is generated
+        from .llvm import lower_program  # llvmlite is imported only when code is generated
 
         return lower_program(program, self.dtype, self.target, self.reassociate, self.contract, self.arch, self.ptx)
