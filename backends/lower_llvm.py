@@ -26,10 +26,10 @@ class LowerLLVM(Pass):
     target: Literal["cpu", "cuda", "cuda-sim"] = "cpu"
     # Reassociating accumulations lets LLVM vectorize reductions, at the price
     # of results that differ from sequential summation in the last bits; by
-    # default only unit-stride ones, where vectorizing pays (backends/llvm.py).
+    # default only unit-stride ones, where vectorizing pays (backends/llvm/).
     reassociate: Literal["never", "contiguous", "always"] = "contiguous"
     # Fused multiply-adds where the target has them (off: measured slower on
-    # the strided-convolution gradient, see backends/llvm.py).
+    # the strided-convolution gradient, see backends/llvm/).
     contract: bool = False
     # target cuda: the SM architecture ("" = the GPU's, or sm_80 without one) and
     # the PTX ISA version times ten (0 = the oldest that supports arch)

@@ -39,7 +39,6 @@ Target ``cuda-sim``'s launches are :mod:`tcc.backends.cuda_sim`'s
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import signal

@@ -4,9 +4,11 @@ The package is split by what each part holds: :mod:`.module` the L3 program
 (:class:`LLVMModule`) and LLVM's optimisation pipeline, :mod:`.machines` the
 target machines and codegen targets, :mod:`.kernels` what the lowering and
 the runtimes agree on about kernels (symbols, grid bands), :mod:`.lower`
-the module set-up and the statements of a kernel, :mod:`.exprs` its
-expressions.  This docstring describes the lowering as a whole; everything
-is re-exported here.
+the module set-up and the statements of a kernel, :mod:`.entries` its entry
+functions (one per ABI), :mod:`.exprs` its expressions.  A package rather
+than sibling modules of backends/ so that the lowering's parts sit together
+and ``tcc.backends.llvm`` stays the one name to import.  This docstring
+describes the lowering as a whole; everything is re-exported here.
 
 The kernel ABI
 --------------

@@ -18,6 +18,7 @@ from tcc.ir.index import Affine, FloorDiv, Mod
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 
 from ..target import DTYPES
+from .entries import KernelEntries
 from .exprs import I32, I64, PTR, VOID, ExprLowering, Scalars, _Memo
 from .kernels import cuda_refusal, grid_band, kernel_buffers, kernel_shape, kernel_symbol
 from .machines import CodegenTarget, check_arch, default_arch, get_target
@@ -82,7 +83,7 @@ def lower_program(
     return LLVMModule(module, program, dtype, target, tuple(symbols), arch, ptx_version)
 
 
-class _KernelLowering(ExprLowering):
+class _KernelLowering(KernelEntries, ExprLowering):
     """One kernel to its entry function and body function (the statements; :class:`ExprLowering` the expressions)."""
 
     def __init__(
@@ -131,90 +132,9 @@ class _KernelLowering(ExprLowering):
         else:
             self.build_simulator_entry(body)
 
-    def build_kernel_entry(self, body: ir.Function) -> None:
-        """The PTX kernel: buffers and sizes as parameters, thread indices from special registers."""
-        nb, ns = len(self.program.buffers), len(self.program.sizes)
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * nb + [I64] * ns), self.symbol)
-        fn.calling_convention = "ptx_kernel"
-        fn.attributes.add("nounwind")
-        for k, arg in enumerate(fn.args):
-            if k < nb:
-                arg.name = fn.scope.deduplicate(self.program.buffers[k].name)
-                arg.add_attribute("noalias")
-            else:
-                arg.name = fn.scope.deduplicate(self.program.sizes[k - nb])
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        ids = []
-        for reg in ("tid.x", "ntid.x", "ctaid.x", "nctaid.x"):
-            sreg = self.module.declare_intrinsic(f"llvm.nvvm.read.ptx.sreg.{reg}", (), ir.FunctionType(I32, []))
-            ids.append(b.zext(b.call(sreg, [], name=reg.replace(".x", "")), I64))
-        used = [fn.args[k] for k, _ in self.used]
-        b.call(body, used + list(fn.args[nb:]) + ids)
-        b.ret_void()
-
-    def build_simulator_entry(self, body: ir.Function) -> None:
-        """The host-ABI entry of ``cuda-sim``: ``part``/``nparts`` are the block and thread counts."""
-        fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
-        fn = ir.Function(self.module, fnty, self.symbol)
-        fn.attributes.add("nounwind")
-        for arg, name in zip(fn.args, ("bufs", "sizes", "nblocks", "nthreads")):
-            arg.name = name
-        bufs, sizes, nblocks, nthreads = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        args = self.unpack_arguments(b, fn, bufs, sizes)
-        self.b, saved = b, getattr(self, "b", None)
-        self.fn, saved_fn = fn, self.fn
-
-        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
-
-        def threads(block: ir.Value) -> None:
-            self.counted_loop("thread", zero, nthreads, one, lambda t: b.call(body, args + [t, nthreads, block, nblocks]))
-
-        self.counted_loop("block", zero, nblocks, one, threads)
-        b.ret_void()
-        self.b, self.fn = saved, saved_fn
-
-    def counted_loop(self, name: str, start: ir.Value, stop: ir.Value, step: ir.Value, emit) -> None:
-        """``for v = start; v < stop; v += step: emit(v)`` at the builder's position (``step > 0``)."""
-        b = self.b
-        head = b.block
-        body = self.fn.append_basic_block(f"{name}.body")
-        exit_ = self.fn.append_basic_block(f"{name}.exit")
-        b.cbranch(b.icmp_signed("<", start, stop), body, exit_)
-        b.position_at_end(body)
-        v = b.phi(I64, name=name)
-        v.add_incoming(start, head)
-        emit(v)
-        nxt = b.add(v, step, name=f"{name}.next", flags=("nsw",))
-        v.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, stop), body, exit_)
-        b.position_at_end(exit_)
-
     def trip_count(self, lo: ir.Value, hi: ir.Value, name: str) -> ir.Value:
         """How many times ``lo..hi`` (inclusive) runs: ``max(hi - lo + 1, 0)``."""
         return self.intrinsic_call("llvm.smax", self.iadd(self.isub(hi, lo), 1), ir.Constant(I64, 0), name=name)
-
-    def build_entry(self, body: ir.Function) -> None:
-        fnty = ir.FunctionType(VOID, [PTR, PTR, I64, I64])
-        fn = ir.Function(self.module, fnty, self.symbol)
-        fn.attributes.add("nounwind")
-        for arg, name in zip(fn.args, ("bufs", "sizes", "part", "nparts")):
-            arg.name = name
-        bufs, sizes, part, nparts = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        b.call(body, self.unpack_arguments(b, fn, bufs, sizes) + [part, nparts])
-        b.ret_void()
-
-    def unpack_arguments(self, b: ir.IRBuilder, fn: ir.Function, bufs: ir.Value, sizes: ir.Value) -> list[ir.Value]:
-        """Load every buffer pointer and size from the host ABI's two arrays."""
-        args: list[ir.Value] = []
-        for k, buf in self.used:
-            slot = b.gep(bufs, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
-            args.append(b.load(slot, name=fn.scope.deduplicate(buf.name), typ=PTR))
-        for k, size in enumerate(self.program.sizes):
-            slot = b.gep(sizes, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
-            args.append(b.load(slot, name=fn.scope.deduplicate(size), typ=I64))
-        return args
 
     def build_body(self) -> ir.Function:
         self.used = kernel_buffers(self.program, self.kernel)
