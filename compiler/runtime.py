@@ -265,7 +265,7 @@ def run_parallel(fn: Any, ptrs: Any, sizes: Any, nparts: int) -> None:
 
 
 class CompiledProgram:
-    """A program compiled for one target and element type.
+    """A program compiled for one target and element type; the target's executable runs its kernels.
 
     ``inputs``: the input names; ``results``: every definition's name (what a
     call returns); ``threads``: how many threads parallel kernels use
