@@ -136,6 +136,7 @@ class Target:
     emit_passes: ClassVar[tuple[str, ...]] = ()
 
     def codegen(self) -> str:
+        """The codegen target the code is lowered for: what LLVM must be told lives with the built-in ones."""
         return self.lowering_target or self.name
 
     def check_options(self, arch: str, ptx: int) -> None:
@@ -156,7 +157,11 @@ class Target:
         """Refuse, before anything is compiled, a program that could not run here (TccError)."""
 
     def optimize(self, llvm_module: Any, level: int) -> Any:
-        """LLVM's ``O<level>`` for a module lowered for this target (what ``llvm-opt`` runs)."""
+        """LLVM's ``O<level>`` for a module lowered for this target (what ``llvm-opt`` runs).
+
+        ``llvm-opt`` asks the built-in target a module names (its codegen
+        target), so a plug-in target optimises as the one it lowers for.
+        """
         raise NotImplementedError
 
     def load(self, final: Any) -> Executable:
@@ -191,6 +196,8 @@ def builtin_target(name: str) -> Target:
     """
     target = _BUILTIN.get(name)
     if target is None:
+        if name not in BUILTIN_TARGETS:
+            raise TccError(f"unknown built-in target '{name}' (expected {', '.join(BUILTIN_TARGETS)})")
         spec = BUILTIN_TARGETS[name]
         module_name, _, attr = spec.partition(":")
         obj = getattr(importlib.import_module(module_name), attr)
