@@ -29,7 +29,13 @@ import llvmlite.binding as llvm
 
 from tcc.ir.loops import LoopProgram
 
-from .llvm import LLVMModule, run_default_pipeline
+from .target import Call, Executable
+
+from .llvm.machines import host_data_layout, host_target_machine, host_triple, initialize_host, new_host_target_machine
+from .llvm.module import LLVMModule, run_default_pipeline
+
+#: the host target machine (defined with the other target machines in :mod:`tcc.backends.llvm.machines`)
+target_machine = host_target_machine
 
 __all__ = [
     "CpuExecutable",
@@ -51,41 +57,8 @@ KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctyp
 _LOCK = threading.RLock()
 
 
-@functools.lru_cache(maxsize=None)
-def _initialize() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()
-
-
-def host_triple() -> str:
-    _initialize()
-    return llvm.get_process_triple()
-
-
-def _new_target_machine() -> llvm.TargetMachine:
-    _initialize()
-    target = llvm.Target.from_triple(host_triple())
-    return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
-        opt=3,
-        jit=True,
-    )
-
-
-@functools.lru_cache(maxsize=None)
-def target_machine() -> llvm.TargetMachine:
-    """The host target machine at opt level 3, one per process (MCJIT engines get their own)."""
-    return _new_target_machine()
-
-
-def host_data_layout() -> str:
-    return str(target_machine().target_data)
-
-
 def _parse(llvm_module: LLVMModule) -> llvm.ModuleRef:
-    _initialize()
+    initialize_host()
     return llvm_module.parse()
 
 
@@ -136,14 +109,40 @@ class KernelEntry:
 
 
 @dataclass(frozen=True, eq=False)
-class CpuExecutable:
-    """Native kernels in kernel order.  Keeps the MCJIT engine (and so the code) alive."""
+class CpuExecutable(Executable):
+    """Native kernels in kernel order.  Keeps the MCJIT engine (and so the code) alive.
+
+    Called with NumPy arrays (:class:`~tcc.backends.target.Executable`'s
+    defaults): every kernel gets the array of buffer pointers and the array
+    of sizes; a parallel kernel is split into ``threads`` parts on the
+    runtime's pool, any other one runs as part 0 of 1.
+    """
 
     kernels: tuple[KernelEntry, ...]
     program: LoopProgram
     dtype: str
     engine: Any
     llvm_module: LLVMModule
+
+    def arguments(self, call: Call) -> tuple[Any, Any]:
+        """The ctypes arrays of buffer pointers and sizes every kernel takes (in the program's order)."""
+        order = self.program.buffers
+        ptrs = (ctypes.c_void_p * max(1, len(order)))(*[call.buffers[b.name].ctypes.data for b in order])
+        sizes = (ctypes.c_int64 * max(1, len(self.program.sizes)))(*[call.sizes[s] for s in self.program.sizes])
+        return ptrs, sizes
+
+    def run(self, call: Call) -> dict[str, Any]:
+        ptrs, size_vals = self.arguments(call)
+        threads = call.threads
+        for k in self.kernels:
+            if k.extern is not None:
+                call.run_extern(k.extern, call.buffers)
+            elif k.parallel and threads > 1:
+                call.run_parallel(k.fn, ptrs, size_vals, threads)
+            else:
+                k.fn(ptrs, size_vals, 0, 1)
+        # the arrays stay referenced by `call.buffers` until every kernel has run
+        return {n: call.buffers[n] for n in call.results}
 
 
 def jit(llvm_module: LLVMModule) -> CpuExecutable:
@@ -153,7 +152,7 @@ def jit(llvm_module: LLVMModule) -> CpuExecutable:
     _ensure_libm()
     with _LOCK:
         mod = _parse(llvm_module)
-        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+        engine = llvm.create_mcjit_compiler(mod, new_host_target_machine())
         engine.finalize_object()
         engine.run_static_constructors()
         entries = []

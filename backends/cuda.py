@@ -53,12 +53,12 @@ import numpy as np
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops import For
-from tcc.runtime import COMPLEX_HINT, CallError, CompiledProgram
 
-from .llvm import band_extents, grid_band
+from .llvm.kernels import band_extents, grid_band
 from .ptx import PTXModule, device_ordinal
+from .target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
 
-__all__ = ["BLOCK", "BLOCKS_PER_SM", "CudaExecutable", "CudaProgram", "launch_shape", "load", "require_pycuda"]
+__all__ = ["BLOCK", "BLOCKS_PER_SM", "CudaExecutable", "launch_shape", "load", "require_pycuda"]
 
 #: threads per block for a band of at least this many iterations
 BLOCK = 256
@@ -155,24 +155,6 @@ class CudaKernel:
     symbol: str
     function: Any
     band: tuple[For, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class CudaExecutable:
-    """A loaded PTX module: its kernels in order (keeps the module, and so the code, alive)."""
-
-    kernels: tuple[CudaKernel, ...]
-    ptx: PTXModule
-    module: Any
-    max_blocks: int
-
-    @property
-    def program(self):
-        return self.ptx.program
-
-    @property
-    def llvm_module(self):
-        return self.ptx.llvm
 
 
 def load(ptx: PTXModule) -> CudaExecutable:
@@ -276,55 +258,70 @@ def _new_result(kind: str, like: Any, shape: tuple[int, ...], dtype: np.dtype) -
 
 
 # ---------------------------------------------------------------------------
-# The compiled program
+# The executable, as the runtime calls it
 # ---------------------------------------------------------------------------
 
 
-class CudaProgram(CompiledProgram):
-    """A program compiled for an NVIDIA GPU; called like the CPU one (see the module docstring).
+@dataclass(frozen=True, eq=False)
+class CudaExecutable(Executable):
+    """A loaded PTX module: its kernels in order (keeps the module, and so the code, alive).
 
-    ``ptx`` is the PTX it runs; ``threads`` is accepted for the CPU API's sake
-    and has no effect.
+    Called like the CPU's (see the module docstring): it takes device arrays
+    as well as NumPy ones, allocates what the call needs on the device, and
+    the compiled program gets its ``ptx`` (the PTX it runs).
     """
 
-    def __init__(self, program: Any, loops: Any, llvm: Any, executable: CudaExecutable, dtype: np.dtype,
-                 threads: int | None) -> None:
-        super().__init__(program, loops, llvm, executable, dtype, threads)
-        self.ptx = executable.ptx
+    kernels: tuple[CudaKernel, ...]
+    ptx: PTXModule
+    module: Any
+    max_blocks: int
 
-    def __repr__(self) -> str:
-        return super().__repr__().replace(" on cuda>", f" on cuda ({self.ptx.arch})>")
+    @property
+    def program(self):
+        return self.ptx.program
+
+    @property
+    def llvm_module(self):
+        return self.ptx.llvm
+
+    def describe(self) -> str:
+        return f"cuda ({self.ptx.arch})"
+
+    def program_attributes(self) -> dict[str, Any]:
+        return {"ptx": self.ptx}
+
+    def active(self) -> Any:
+        return active()
 
     # -- argument checking (device arrays as well as NumPy) ----------------
-    def _device_dtype_hint(self, dtype: np.dtype) -> str:
-        """The host hint's rules (:meth:`CompiledProgram._dtype_hint`) for a device array, which has no ``.astype`` of NumPy's."""
-        from tcc.build import DTYPES
-
+    @staticmethod
+    def _device_dtype_hint(dtype: np.dtype, want: np.dtype) -> str:
+        """The host hint's rules (``CompiledProgram._dtype_hint``) for a device array, which has no ``.astype`` of NumPy's."""
         if dtype.kind == "c":
             return COMPLEX_HINT
         if dtype.name in DTYPES:
-            return f" (compile with dtype='{dtype.name}' or convert it to {self.dtype})"
-        return f" (convert it to {self.dtype})"
+            return f" (compile with dtype='{dtype.name}' or convert it to {want})"
+        return f" (convert it to {want})"
 
-    def _check_input(self, name: str, value: Any, decl: Any) -> Any:
+    def check_input(self, name: str, value: Any, dtype: np.dtype) -> Any | None:
         dev = as_device_array(value, name)
         if dev is None:
             if isinstance(value, np.ndarray) or isinstance(value, (int, float, complex, np.number, np.bool_)):
-                return super()._check_input(name, value, decl)
+                return None
             raise CallError(
                 f"input '{name}' must be a NumPy array, a pycuda GPUArray or an object with "
-                f"__cuda_array_interface__ of {self.dtype}, got {type(value).__name__}"
+                f"__cuda_array_interface__ of {dtype}, got {type(value).__name__}"
             )
-        if dev.dtype != self.dtype:
+        if dev.dtype != dtype:
             raise CallError(
-                f"input '{name}' has dtype {dev.dtype}, but this program was compiled for {self.dtype}"
-                f"{self._device_dtype_hint(np.dtype(dev.dtype))}"
+                f"input '{name}' has dtype {dev.dtype}, but this program was compiled for {dtype}"
+                f"{self._device_dtype_hint(np.dtype(dev.dtype), dtype)}"
             )
         if not dev.c_contiguous:
             raise CallError(f"input '{name}' is not C-contiguous; pass a contiguous copy")
         return dev
 
-    def _check_output(self, name: str, value: Any, shape: tuple[int, ...]) -> Any:
+    def check_output(self, name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any | None:
         dev = as_device_array(value, name)
         if dev is None:
             if not isinstance(value, np.ndarray):
@@ -332,9 +329,9 @@ class CudaProgram(CompiledProgram):
                     f"output '{name}' must be a NumPy array, a pycuda GPUArray or an object with "
                     f"__cuda_array_interface__, got {type(value).__name__}"
                 )
-            return super()._check_output(name, value, shape)
-        if dev.dtype != self.dtype:
-            raise CallError(f"output '{name}' has dtype {dev.dtype}, expected {self.dtype}")
+            return None
+        if dev.dtype != dtype:
+            raise CallError(f"output '{name}' has dtype {dev.dtype}, expected {dtype}")
         if dev.shape != shape:
             raise CallError(f"output '{name}' has shape {dev.shape}, expected {shape} for these inputs")
         if not dev.c_contiguous:
@@ -343,11 +340,10 @@ class CudaProgram(CompiledProgram):
             raise CallError(f"output '{name}' is read-only")
         return dev
 
-    def _new_buffer(self, name: str, shape: tuple[int, ...]) -> Any:
+    def new_buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return _Pending(shape)
 
-    @staticmethod
-    def _overlap(a: Any, b: Any) -> bool:
+    def overlap(self, a: Any, b: Any) -> bool:
         if isinstance(a, DeviceArray) and isinstance(b, DeviceArray):
             return a.nbytes > 0 and b.nbytes > 0 and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
         if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
@@ -355,43 +351,22 @@ class CudaProgram(CompiledProgram):
         return False
 
     # -- calling -----------------------------------------------------------
-    def __call__(self, /, **arrays: Any) -> dict[str, Any]:
-        with active():
-            return self._call(arrays)
-
-    def _call(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, call: Call) -> dict[str, Any]:
+        """Stage NumPy arrays and allocate results on the device, launch every kernel, copy results back."""
         drv = _STATE["driver"]
-        gpuarray = _STATE["gpuarray"]
-        sizes, buffers = self.bind(arrays)
-        first_device = next((b for n, b in buffers.items() if isinstance(b, DeviceArray) and n in arrays), None)
-        keep: list[Any] = []  # device memory that must live until the launches are done
-        pointers: dict[str, int] = {}
-        for b in self.loops.buffers:
-            value = buffers[b.name]
-            if isinstance(value, DeviceArray):
-                pointers[b.name] = value.ptr
-                continue
-            if isinstance(value, np.ndarray):  # a NumPy input, or a NumPy result array passed in
-                dev = gpuarray.to_gpu(value) if b.role == "input" else gpuarray.empty(value.shape, self.dtype)
-            elif b.role != "temp" and first_device is not None and first_device.kind != "cai":
-                dev = _new_result(first_device.kind, first_device.owner, value.shape, self.dtype)
-            else:
-                dev = gpuarray.empty(value.shape, self.dtype)
-            keep.append(dev)
-            view = as_device_array(dev)
-            pointers[b.name] = view.ptr
-            buffers[b.name] = (value, dev) if isinstance(value, np.ndarray) else view
-        args = [pointers[b.name] for b in self.loops.buffers] + [sizes[s] for s in self.loops.sizes]
+        buffers = call.buffers
+        keep, pointers, first_device = self._device_buffers(call)
+        args = [pointers[b.name] for b in self.program.buffers] + [call.sizes[s] for s in self.program.sizes]
         # The legacy default stream waits for blocking streams, not for a producer's non-blocking
         # one (CAI v3 names it; 1 and 2 are the default streams): wait for all work then.
         if any(isinstance(v, DeviceArray) and v.stream not in (None, 1, 2) for v in buffers.values()):
             drv.Context.synchronize()
-        for k in self.executable.kernels:
-            blocks, block = launch_shape(k.band, sizes, BLOCK, self.executable.max_blocks)
+        for k in self.kernels:
+            blocks, block = launch_shape(k.band, call.sizes, BLOCK, self.max_blocks)
             if blocks:
                 k.function.prepared_call((blocks, 1), (block, 1, 1), *args)
         out: dict[str, Any] = {}
-        for name in self.results:
+        for name in call.results:
             value = buffers[name]
             if isinstance(value, tuple):  # NumPy: copy back into the caller's (or a new) array
                 host, dev = value
@@ -403,6 +378,35 @@ class CudaProgram(CompiledProgram):
                 out[name] = value.owner
         drv.Context.synchronize()  # before `keep` (temporaries, staged copies) is freed
         return out
+
+    def _device_buffers(self, call: Call) -> tuple[list[Any], dict[str, int], DeviceArray | None]:
+        """Every buffer on the device: ``(memory to keep alive, pointers by name, the first device argument)``.
+
+        A NumPy buffer becomes ``(array, device copy)`` in ``call.buffers``
+        (copied back after the launches if it is a result), a pending one
+        a new device array of the caller's kind.
+        """
+        gpuarray = _STATE["gpuarray"]
+        buffers, arrays = call.buffers, call.arrays
+        first_device = next((b for n, b in buffers.items() if isinstance(b, DeviceArray) and n in arrays), None)
+        keep: list[Any] = []  # device memory that must live until the launches are done
+        pointers: dict[str, int] = {}
+        for b in self.program.buffers:
+            value = buffers[b.name]
+            if isinstance(value, DeviceArray):
+                pointers[b.name] = value.ptr
+                continue
+            if isinstance(value, np.ndarray):  # a NumPy input, or a NumPy result array passed in
+                dev = gpuarray.to_gpu(value) if b.role == "input" else gpuarray.empty(value.shape, call.dtype)
+            elif b.role != "temp" and first_device is not None and first_device.kind != "cai":
+                dev = _new_result(first_device.kind, first_device.owner, value.shape, call.dtype)
+            else:
+                dev = gpuarray.empty(value.shape, call.dtype)
+            keep.append(dev)
+            view = as_device_array(dev)
+            pointers[b.name] = view.ptr
+            buffers[b.name] = (value, dev) if isinstance(value, np.ndarray) else view
+        return keep, pointers, first_device
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -44,7 +43,19 @@ import llvmlite.binding as llvm
 
 from tcc.ir.diagnostics import TccError
 
-from .llvm import LLVMModule
+from .llvm.machines import (  # re-exported: the arch and the NVPTX machine are shared with the lowering
+    DEFAULT_ARCH,
+    TRIPLE,
+    check_arch,
+    default_arch,
+    device_ordinal,
+    initialize_nvptx,
+    nvptx_target_machine,
+)
+from .llvm.module import LLVMModule, dispose_module_pass_manager, run_default_pipeline
+
+#: the NVPTX target machine for an arch (defined with the host's in :mod:`tcc.backends.llvm.machines`)
+target_machine = nvptx_target_machine
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -59,11 +70,6 @@ __all__ = [
     "target_machine",
 ]
 
-TRIPLE = "nvptx64-nvidia-cuda"
-#: The arch when no GPU can be asked: Ampere, the oldest generation with fast float64 on data-centre parts.
-DEFAULT_ARCH = "sm_80"
-
-_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?$")
 _LOCK = threading.RLock()
 
 
@@ -127,53 +133,6 @@ def _libdevice_bitcode() -> bytes:
 # ---------------------------------------------------------------------------
 
 
-def check_arch(arch: str) -> str:
-    if not _ARCH.match(arch):
-        raise TccError(f"invalid GPU architecture '{arch}' (expected sm_XY, e.g. sm_80 or sm_90)")
-    return arch
-
-
-def device_ordinal() -> int:
-    """The GPU tcc runs on: ``TCC_CUDA_DEVICE`` (default 0), shared by the default arch and the runtime."""
-    text = os.environ.get("TCC_CUDA_DEVICE", "0")
-    try:
-        return int(text)
-    except ValueError:
-        raise TccError(f"TCC_CUDA_DEVICE must be a device number, not '{text}'") from None
-
-
-@functools.lru_cache(maxsize=1)
-def default_arch() -> str:
-    """``sm_<major><minor>`` of the chosen GPU when PyCUDA can ask it, else :data:`DEFAULT_ARCH`."""
-    try:
-        import pycuda.driver as drv
-
-        drv.init()
-        major, minor = drv.Device(device_ordinal()).compute_capability()
-        return f"sm_{major}{minor}"
-    except Exception:  # noqa: BLE001 - no PyCUDA, no driver, no such GPU: all mean "ask no device"
-        return DEFAULT_ARCH
-
-
-@functools.lru_cache(maxsize=1)
-def _initialize() -> None:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-
-
-@functools.lru_cache(maxsize=None)
-def target_machine(arch: str, ptx_version: int = 0) -> llvm.TargetMachine:
-    """The NVPTX target machine for ``arch`` at opt level 3 (``ptx_version`` 0: LLVM's minimum)."""
-    _initialize()
-    check_arch(arch)
-    features = f"+ptx{ptx_version}" if ptx_version else ""
-    try:
-        target = llvm.Target.from_triple(TRIPLE)
-    except RuntimeError as exc:  # pragma: no cover - every llvmlite wheel has NVPTX
-        raise TccError(f"this llvmlite was built without the NVPTX target: {exc}") from None
-    return target.create_target_machine(cpu=arch, features=features, opt=3)
-
-
 # ---------------------------------------------------------------------------
 # Optimisation and PTX
 # ---------------------------------------------------------------------------
@@ -186,13 +145,11 @@ def _check(llvm_module: LLVMModule) -> None:
 
 def optimize(llvm_module: LLVMModule, level: int = 3) -> LLVMModule:
     """Link libdevice where needed, then LLVM's ``O<level>`` pipeline for the NVPTX target machine."""
-    from tcc.backends.llvm import dispose_module_pass_manager, run_default_pipeline
-
     _check(llvm_module)
     if not 0 <= level <= 3:
         raise ValueError(f"LLVM optimisation level must be 0..3, not {level}")
     with _LOCK:
-        _initialize()
+        initialize_nvptx()
         mod = llvm_module.parse()
         kernels = set(llvm_module.kernel_symbols)
         if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
@@ -271,7 +228,7 @@ def emit_ptx(llvm_module: LLVMModule) -> PTXModule:
     """PTX for the module as it is (run :func:`optimize` first: it links libdevice)."""
     _check(llvm_module)
     with _LOCK:
-        _initialize()
+        initialize_nvptx()
         mod = llvm_module.parse()
         undefined = sorted(f.name for f in mod.functions if f.is_declaration and f.name.startswith("__nv_"))
         if undefined:

@@ -3,8 +3,10 @@
 The pipeline is the L1 -> L2 part (the target's default -- ``DEFAULT_LOOP_PIPELINE``
 for the CPU, ``DEFAULT_GPU_PIPELINE`` for ``cuda`` and ``cuda-sim`` -- or the
 user's ``passes``), completed by whatever lowering it lacks: ``lower-loops``
-if it ends at L1, then ``lower-llvm`` (with the element type and target) and
-``llvm-opt``, and for ``cuda`` ``emit-ptx``.  So
+if it ends at L1, then ``lower-llvm`` (with the element type and the
+target's lowering options) and ``llvm-opt``, and the target's emit passes
+(``emit-ptx`` for ``cuda``).  Everything target-specific is asked of the
+target found in the registry (:mod:`tcc.targets`).  So
 ``--passes infer-ranges,lower-loops`` compiles without the L2 optimisations,
 which is how their effect is measured.
 
@@ -24,23 +26,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tcc.backends import BUILTIN_TARGETS
+from tcc.backends.builtin_targets import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE  # re-exported
+from tcc.backends.target import DTYPES  # re-exported
+from tcc.instruments import BaseInstrument
 from tcc.ir.diagnostics import TccError
-from tcc.passes.pass_base import Level, Pass
 from tcc.ir.program import Program
+from tcc.passes.pass_base import Level, Pass
+from tcc.pipeline import check_levels, check_lowering, format_pipeline, resolve_pipeline, run_pipeline
 from tcc.sizes import check_program_index_ranges
+from tcc.targets import get_target
 
-DEFAULT_LOOP_PIPELINE = "infer-ranges,blas,lower-loops,interchange,hoist,peel,reduce-in-place,unroll-jam,fuse,reuse-buffers,parallel"
-# The GPU maps loops to threads, so it keeps what the CPU pipeline trades away
-# for registers and caches: no reduce-in-place or unroll-jam (they move
-# reductions outside output loops and give one thread several outputs), no
-# peel or interchange (they split or reorder loops inside a thread, where
-# coalescing across threads matters more than the order within one); fusion
-# only of whole nests, and every perfectly nested parallel loop marked, so
-# the grid gets one thread per output element; long reductions over few
-# outputs split into parallel partial sums (docs/cuda.md).
-DEFAULT_GPU_PIPELINE = "infer-ranges,lower-loops,hoist,fuse{full=true},reuse-buffers,parallel{depth=8},split-reduction"
-TARGETS = ("cpu", "cuda", "cuda-sim")
-DTYPES = ("float64", "float32")
+#: the built-in target names (the registry, :mod:`tcc.targets`, may know more)
+TARGETS = tuple(BUILTIN_TARGETS)
 
 #: How many compiled programs the in-memory cache keeps (least recently used evicted first);
 #: change it with :func:`set_cache_size`.
@@ -94,13 +92,12 @@ def normalize_dtype(dtype: Any) -> str:
 
 
 def check_target(target: str) -> str:
-    if target not in TARGETS:
-        raise TccError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
+    get_target(target)  # TccError for an unknown one, listing the known ones
     return target
 
 
 def default_pipeline(target: str) -> str:
-    return DEFAULT_LOOP_PIPELINE if target == "cpu" else DEFAULT_GPU_PIPELINE
+    return get_target(target).default_pipeline
 
 
 def compile_pipeline(
@@ -108,17 +105,13 @@ def compile_pipeline(
 ) -> list[Pass]:
     """The full pipeline: ``passes`` (default: the target's) plus the lowering it lacks.
 
-    GPU targets lower with ``reassociate=never``: reassociation only pays
-    where LLVM vectorizes, which it does not for NVPTX, and without it a GPU
-    thread sums in the reference interpreter's order.
+    The appended ``lower-llvm`` takes the target's lowering options (GPU
+    targets: ``reassociate=never``, see :mod:`tcc.backends.builtin_targets`).
     """
-    from tcc.pipeline import check_levels, check_lowering, resolve_pipeline
-
-    check_target(target)
-    if target == "cpu" and (arch or ptx):
-        raise TccError("arch and ptx are options of target cuda, not of cpu")
-    pipeline = list(resolve_pipeline(default_pipeline(target) if passes is None else passes))
-    check_lowering(pipeline, dtype=dtype, target=target, arch=arch, ptx=ptx)
+    tgt = get_target(target)
+    tgt.check_options(arch, ptx)
+    pipeline = list(resolve_pipeline(tgt.default_pipeline if passes is None else passes))
+    check_lowering(pipeline, dtype=dtype, target=tgt.codegen(), arch=arch, ptx=ptx)
     level = pipeline[-1].output_level if pipeline else Level.INDEX
     tail: list[str] = []
     if level is Level.INDEX:
@@ -126,17 +119,10 @@ def compile_pipeline(
             pipeline.insert(0, resolve_pipeline("infer-ranges")[0])
         tail.append("lower-loops")
     if level in (Level.INDEX, Level.LOOPS):
-        opts = f"dtype={dtype} target={target}"
-        if target != "cpu":
-            opts += " reassociate=never"
-        if arch:
-            opts += f" arch={arch}"
-        if ptx:
-            opts += f" ptx={ptx}"
-        tail.append(f"lower-llvm{{{opts}}}")
+        tail.append(f"lower-llvm{{{tgt.lower_llvm_options(dtype, arch, ptx)}}}")
         tail.append("llvm-opt")
-    if target == "cuda" and level is not Level.PTX:
-        tail.append("emit-ptx")
+    if level is not Level.PTX:
+        tail += tgt.emit_passes
     if tail:
         pipeline += list(resolve_pipeline(",".join(tail)))
     check_levels(pipeline)
@@ -154,18 +140,12 @@ def build(
     arch: str = "",
     ptx: int = 0,
 ) -> Any:
-    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` (a
-    :class:`tcc.backends.cuda.CudaProgram` for ``cuda``)."""
-    from tcc.pipeline import format_pipeline, run_pipeline
-    from tcc.runtime import CompiledProgram
+    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` running the target's executable."""
+    from tcc.runtime import CompiledProgram  # imports the backends, and so llvmlite
 
-    check_target(target)
+    tgt = get_target(target)
     dtype = normalize_dtype(dtype)
-    if target == "cuda":  # fail before compiling anything when it could not run
-        from tcc.backends.cuda import require_pycuda
-
-        _refuse_matrix_functions(program)
-        require_pycuda()
+    tgt.prepare(program)  # fail before compiling anything when it could not run
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
     key = (str(program), format_pipeline(pipeline), dtype, target)
     hit = None if instruments else _cache_get(key)
@@ -173,8 +153,6 @@ def build(
         # the interpreter refuses the same programs (tcc.sizes); a cached one passed already
         if isinstance(program, Program):
             check_program_index_ranges(program)
-        from tcc.instruments import BaseInstrument
-
         class _LastIndexState(BaseInstrument):
             """The L1 program after the last index-level pass: sizes bind against its extents."""
 
@@ -187,29 +165,14 @@ def build(
 
         keep = _LastIndexState(program)
         final = run_pipeline(program, pipeline, instruments=[*instruments, keep])
-        if target == "cuda":
-            from tcc.backends.cuda import load
-
-            if not hasattr(final, "arch") or not hasattr(final, "llvm"):
-                raise TccError("a cuda pipeline must end with emit-ptx")
-            executable = load(final)
-            llvm_module = final.llvm
-        else:
-            from tcc.backends.cpu import jit
-
-            llvm_module = final
-            executable = jit(llvm_module)
+        executable = tgt.load(final)
+        llvm_module = executable.llvm_module
         l1, loops = keep.program, llvm_module.program
         hit = (l1, loops, llvm_module, executable)
         if not instruments:
             _cache_put(key, hit)
     l1, loops, llvm_module, executable = hit
-    if target == "cuda":
-        from tcc.backends.cuda import CudaProgram
-
-        compiled = CudaProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
-    else:
-        compiled = CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
+    compiled = CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
     # a call returns the definitions of the program it was given; definitions that
     # passes of the compile pipeline add (blas's outlined factors) are intermediates,
     # like the temporaries of the L2 passes
@@ -217,21 +180,6 @@ def build(
     if given:
         compiled.results = tuple(n for n in compiled.results if n in given)
     return compiled
-
-
-def _refuse_matrix_functions(program: Any) -> None:
-    """Matrix functions run on the host (LAPACK through NumPy): the cuda target refuses them.
-
-    Checked on the L1 program, before PyCUDA is needed, so the message is
-    the same with or without a GPU (lower-llvm refuses the L2 form too).
-    """
-    from tcc.ir.expr import MatrixFn
-
-    for d in getattr(program, "definitions", ()):
-        if isinstance(d.body, MatrixFn):
-            from tcc.backends.llvm import cuda_refusal
-
-            raise cuda_refusal(d.body.fn, d.body.args, d.name, d.loc, program.source)
 
 
 def clear_cache() -> None:

@@ -25,9 +25,10 @@ import tempfile
 import traceback
 from typing import IO, Any, Callable, Mapping, Sequence
 
+from tcc.backends import BUILTIN_TARGETS
 from tcc.ir.diagnostics import TccError
 
-TARGETS = ["cpu", "cuda", "cuda-sim"]
+TARGETS = list(BUILTIN_TARGETS)  # the built-in table only: reading entry points would slow every start
 EMITS = ["index", "loops", "llvm", "ptx", "asm"]
 DTYPES = ["float64", "float32"]
 
@@ -390,6 +391,7 @@ def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
     from tcc.build import compile_pipeline, default_pipeline
     from tcc.passes.pass_base import Level
     from tcc.pipeline import check_levels, parse_pipeline
+    from tcc.targets import get_target
 
     if args.emit == "index":
         passes = parse_pipeline(args.passes if args.passes is not None else "infer-ranges")
@@ -406,8 +408,8 @@ def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
             raise TccError("--emit loops needs a pipeline that ends at the loop level")
         return passes
     passes = compile_pipeline(args.passes, args.dtype, target, args.arch, args.ptx)
-    if args.emit == "llvm" and target == "cuda" and passes[-1].name == "emit-ptx":
-        passes = passes[:-1]  # the optimised NVPTX module, libdevice linked in
+    if args.emit == "llvm" and passes[-1].name in get_target(target).emit_passes:
+        passes = passes[:-1]  # cuda: the optimised NVPTX module, libdevice linked in
     return passes
 
 
@@ -415,10 +417,10 @@ def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
     passes = _emit_pipeline(args)
     program = session.load(args.file)
     result = _run_passes(session, args, program, passes)
-    if args.emit == "asm" and _emit_target(args) != "cuda":
-        from tcc.backends.cpu import emit_assembly
+    if args.emit == "asm":  # host assembly, or the PTX for cuda
+        from tcc.targets import get_target
 
-        text = emit_assembly(result)
+        text = get_target(_emit_target(args)).assembly(result)
     else:
         text = str(result)
     _write_text(text if text.endswith("\n") else text + "\n", args.output)

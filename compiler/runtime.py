@@ -29,16 +29,16 @@ External kernels (``extern inv(A) -> B``: a matrix function;
 result into the output array in place.  They run on the calling thread (NumPy's BLAS may use its own
 threads), after every part of the previous kernel has finished.
 
-Target ``cuda-sim`` runs the CUDA backend's grid kernels on the host: each
-kernel is "launched" with the shape the CUDA runtime's
-:func:`tcc.backends.cuda.launch_shape` picks, with deliberately tiny blocks
-(:data:`SIM_BLOCK` threads, at most :data:`SIM_MAX_BLOCKS` blocks) so that
-even small tests run the grid-stride loop, and the simulated threads run one
-after another.  It exists to test the grid mapping where there is no GPU.
+What is specific to a target -- device arrays, where buffers live, how
+kernels are launched -- is its executable's (:class:`tcc.backends.target.Executable`,
+made by the target's ``load``): this module checks and binds a call's
+arguments and hands the executable a :class:`~tcc.backends.target.Call`
+with what host code borrows from it (external kernels, the thread pool).
+Target ``cuda-sim``'s launches are :mod:`tcc.backends.cuda_sim`'s
+(:data:`SIM_BLOCK`, :data:`SIM_MAX_BLOCKS` are re-exported here).
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import signal
@@ -47,24 +47,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tcc.backends.cuda_sim import SIM_BLOCK, SIM_MAX_BLOCKS  # re-exported
+from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
+from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
     "CallError", "CompiledProgram", "default_threads", "pool_size", "run_extern", "run_parallel", "SIM_BLOCK", "SIM_MAX_BLOCKS",
 ]
-
-#: what a complex input's dtype error suggests (the host's and the device's)
-COMPLEX_HINT = " (tcc computes with real numbers: pass the real and imaginary parts as separate inputs)"
-
-#: cuda-sim launch shape: threads per block and the most blocks (24 simulated threads in all)
-SIM_BLOCK = 8
-SIM_MAX_BLOCKS = 3
-
-
-class CallError(TccError, ValueError):
-    """A bad call of a compiled program (wrong name, shape, dtype, layout)."""
-
 
 def default_threads() -> int:
     """All cores this process may use."""
@@ -80,8 +71,6 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
     ``matmul`` writes straight into ``out`` (``np.matmul(A, B, out=C)``: NumPy's
     BLAS, no temporary; the runtime never binds overlapping buffers).
     """
-    from tcc.interpreter import matrix_function
-
     out = buffers[stmt.out]
     if stmt.fn == "matmul":
         a, b = (buffers[n] for n in stmt.args)
@@ -276,7 +265,7 @@ def run_parallel(fn: Any, ptrs: Any, sizes: Any, nparts: int) -> None:
 
 
 class CompiledProgram:
-    """A program compiled for one target and element type.
+    """A program compiled for one target and element type; the target's executable runs its kernels.
 
     ``inputs``: the input names; ``results``: every definition's name (what a
     call returns); ``threads``: how many threads parallel kernels use
@@ -285,7 +274,9 @@ class CompiledProgram:
     inspection.
     """
 
-    def __init__(self, program: Any, loops: Any, llvm: Any, executable: Any, dtype: np.dtype, threads: int | None) -> None:
+    def __init__(
+        self, program: Any, loops: Any, llvm: Any, executable: Executable, dtype: np.dtype, threads: int | None
+    ) -> None:
         self.program = program
         self.loops = loops
         self.llvm = llvm
@@ -295,11 +286,8 @@ class CompiledProgram:
         self.inputs: tuple[str, ...] = tuple(d.name for d in program.inputs)
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
-        self._bands = None
-        if getattr(llvm, "target", "cpu") == "cuda-sim":
-            from tcc.backends.llvm import grid_band
-
-            self._bands = [grid_band(k) for k in loops.kernels]
+        for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
+            setattr(self, name, value)
 
     @property
     def threads(self) -> int:
@@ -314,11 +302,14 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return (
             f"<tcc compiled program: inputs {', '.join(self.inputs) or '-'}; "
-            f"results {', '.join(self.results)}; {self.dtype} on {self.llvm.target}>"
+            f"results {', '.join(self.results)}; {self.dtype} on {self.executable.describe()}>"
         )
 
     # -- argument checking ------------------------------------------------
-    def _check_input(self, name: str, value: Any, decl: Any) -> np.ndarray:
+    def _check_input(self, name: str, value: Any, decl: Any) -> Any:
+        checked = self.executable.check_input(name, value, self.dtype)  # a device array, say
+        if checked is not None:
+            return checked
         if isinstance(value, np.ndarray):
             arr = value
         elif not decl.extents and isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
@@ -346,8 +337,6 @@ class CompiledProgram:
         for it (float32, float64); ``.astype`` only where the conversion keeps
         the values (not complex: it would drop the imaginary part silently).
         """
-        from tcc.build import DTYPES
-
         if dtype.kind == "c":
             return COMPLEX_HINT
         if dtype.kind not in "biuf":
@@ -357,7 +346,10 @@ class CompiledProgram:
             return f" (convert with {hint} or compile with dtype='{dtype.name}')"
         return f" (convert with {hint})"
 
-    def _check_output(self, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    def _check_output(self, name: str, value: Any, shape: tuple[int, ...]) -> Any:
+        checked = self.executable.check_output(name, value, shape, self.dtype)
+        if checked is not None:
+            return checked
         if not isinstance(value, np.ndarray):
             raise CallError(f"output '{name}' must be a NumPy array, got {type(value).__name__}")
         if value.dtype != self.dtype:
@@ -410,37 +402,15 @@ class CompiledProgram:
         return sizes, buffers
 
     def _new_buffer(self, name: str, shape: tuple[int, ...]) -> Any:
-        """Storage for a result or temporary the caller did not pass."""
-        return np.empty(shape, dtype=self.dtype)
+        """Storage for a result or temporary the caller did not pass (where the executable keeps it)."""
+        return self.executable.new_buffer(shape, self.dtype)
 
-    @staticmethod
-    def _overlap(a: Any, b: Any) -> bool:
-        return np.may_share_memory(a, b)
+    def _overlap(self, a: Any, b: Any) -> bool:
+        return self.executable.overlap(a, b)
 
     # -- calling ------------------------------------------------------------
-    def __call__(self, /, **arrays: Any) -> dict[str, np.ndarray]:
-        sizes, buffers = self.bind(arrays)
-        order = self.loops.buffers
-        ptrs = (ctypes.c_void_p * max(1, len(order)))(*[buffers[b.name].ctypes.data for b in order])
-        size_vals = (ctypes.c_int64 * max(1, len(self.loops.sizes)))(*[sizes[s] for s in self.loops.sizes])
-        threads = self._threads
-        if self._bands is not None:
-            from tcc.backends.cuda import launch_shape
-
-            for k, band in zip(self.executable.kernels, self._bands):
-                if k.extern is not None:
-                    run_extern(k.extern, buffers)
-                    continue
-                blocks, block = launch_shape(band, sizes, SIM_BLOCK, SIM_MAX_BLOCKS)
-                if blocks:
-                    k.fn(ptrs, size_vals, blocks, block)
-            return {n: buffers[n] for n in self.results}
-        for k in self.executable.kernels:
-            if k.extern is not None:
-                run_extern(k.extern, buffers)
-            elif k.parallel and threads > 1:
-                run_parallel(k.fn, ptrs, size_vals, threads)
-            else:
-                k.fn(ptrs, size_vals, 0, 1)
-        # the arrays stay referenced by `buffers` until every kernel has run
-        return {n: buffers[n] for n in self.results}
+    def __call__(self, /, **arrays: Any) -> dict[str, Any]:
+        with self.executable.active():
+            sizes, buffers = self.bind(arrays)
+            call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, run_extern, run_parallel)
+            return self.executable.run(call)

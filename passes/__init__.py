@@ -5,7 +5,9 @@ How a pass name is found (see :mod:`tcc.registry`):
 1. Passes registered programmatically with :func:`tcc.registry.register_pass`
    (tests, notebooks).
 2. The built-in table :data:`BUILTIN_PASSES` below: pass name ->
-   ``"tcc.passes.<module>:<ClassName>"``.  The module is imported only when the
+   ``"tcc.passes.<module>:<ClassName>"`` (``tcc.backends.<module>`` for the
+   L3 passes ``lower-llvm``, ``llvm-opt`` and ``emit-ptx``, which drive a
+   backend and so live in that layer).  The module is imported only when the
    pass is asked for, so ``import tcc`` and the command line stay cheap.  The
    module file is the pass name with dashes turned into underscores
    (``sum-liberation`` -> ``passes/sum_liberation.py``) and the class's
@@ -32,9 +34,9 @@ BUILTIN_PASSES: dict[str, str] = {
     "cse": "tcc.passes.cse:CSE",
     "inline-guards": "tcc.passes.inline_guards:InlineGuards",
     "blas": "tcc.passes.blas:Blas",
-    "lower-llvm": "tcc.passes.lower_llvm:LowerLLVM",
-    "llvm-opt": "tcc.passes.llvm_opt:LLVMOpt",
-    "emit-ptx": "tcc.passes.emit_ptx:EmitPTX",
+    "lower-llvm": "tcc.backends.lower_llvm:LowerLLVM",
+    "llvm-opt": "tcc.backends.llvm_opt:LLVMOpt",
+    "emit-ptx": "tcc.backends.emit_ptx:EmitPTX",
     "lower-loops": "tcc.passes.lower_loops:LowerLoops",
     "interchange": "tcc.passes.interchange:Interchange",
     "hoist": "tcc.passes.hoist:Hoist",

@@ -1,6 +1,6 @@
 """Edge cases of the GPU compiler parts (from an adversarial review):
 ``split-reduction``, ``parallel{depth}``, ``fuse{full=true}`` and the grid
-lowering of ``backends/llvm.py``.
+lowering of ``backends/llvm/``.
 
 Two ways of running a program are used:
 

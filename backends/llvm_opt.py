@@ -2,13 +2,18 @@
 
 Running it as a pass (rather than inside the JIT) puts LLVM's work under
 ``--time-passes`` and makes the vectorized IR visible with
-``--dump-after llvm-opt``.
+``--dump-after llvm-opt``.  Which optimiser runs is the question of the
+target the module was lowered for (:meth:`tcc.backends.target.Target.optimize`:
+the host's O3 for ``cpu`` and ``cuda-sim``, libdevice and the NVPTX machine
+for ``cuda``).  An L3 pass, so it lives in the backends layer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+from .target import builtin_target
 
 
 @dataclass(frozen=True)
@@ -25,10 +30,4 @@ class LLVMOpt(Pass):
             raise ValueError(f"opt-level must be 0..3, not {self.opt_level}")
 
     def run(self, program, ctx: PassContext):
-        if program.target == "cuda":  # libdevice linked in, NVPTX target machine
-            from tcc.backends import ptx
-
-            return ptx.optimize(program, self.opt_level)
-        from tcc.backends import cpu  # cpu, and cuda-sim: grid kernels run on the host
-
-        return cpu.optimize(program, self.opt_level)
+        return builtin_target(program.target).optimize(program, self.opt_level)

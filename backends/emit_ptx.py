@@ -4,7 +4,7 @@ A pass of its own, rather than a step hidden in the runtime, so that the PTX
 is an IR state like the others: ``--dump-after emit-ptx`` prints it,
 ``--dump-dir`` writes it as a ``.ptx`` file, ``--time-passes`` times LLVM's
 code generation and ``--verify-each`` runs ``ptxas`` on it where the CUDA
-toolkit is installed.
+toolkit is installed.  An L3 pass, so it lives in the backends layer.
 """
 from __future__ import annotations
 
@@ -24,6 +24,6 @@ class EmitPTX(Pass):
     def run(self, program, ctx: PassContext):
         if getattr(program, "target", None) != "cuda":
             raise TccError(f"emit-ptx needs a module for target cuda, not '{getattr(program, 'target', type(program).__name__)}'")
-        from tcc.backends.ptx import emit_ptx
+        from .ptx import emit_ptx  # llvmlite: only when PTX is generated
 
         return emit_ptx(program)
