@@ -217,3 +217,14 @@ def test_the_checker_finds_cycles_through_function_level_and_relative_imports(sy
 def test_the_checker_finds_long_modules_and_functions(synthetic):
     assert synthetic.long_modules == ["compiler/big.py: 701 lines (module tcc.big)"]
     assert synthetic.long_functions == ["compiler/long.py:1 long: 81 lines"]
+
+
+def test_pyproject_lists_every_subpackage():
+    """A package missing from ``packages`` still imports in an editable install but is left out of a wheel."""
+    listed = set(re.findall(r'"([^"]+)"', re.search(r"^packages\s*=\s*\[([^\]]*)\]", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)))
+    found = set()
+    for package, directory in package_dirs(ROOT / "pyproject.toml").items():
+        for init in (ROOT / directory).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / directory).parts
+            found.add(".".join((package, *rel)))
+    assert found == listed, f"packages in pyproject.toml: missing {sorted(found - listed)}, extra {sorted(listed - found)}"
