@@ -549,14 +549,13 @@ def cuda_kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int, drv
 def sim_kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[tuple[str, str, float]]:
     """The same for ``cuda-sim`` (CPU seconds of the simulated grid; only a smoke test of the report)."""
     from tcc.backends.cuda import launch_shape
-    from tcc.backends.llvm import grid_band
-    from tcc.runtime import SIM_BLOCK, SIM_MAX_BLOCKS
+    from tcc.backends.cuda_sim import SIM_BLOCK, SIM_MAX_BLOCKS
 
     sizes, buffers = compiled.bind(dict(arrays))
     order = compiled.loops.buffers
     ptrs = (ctypes.c_void_p * max(1, len(order)))(*[buffers[b.name].ctypes.data for b in order])
     size_vals = (ctypes.c_int64 * max(1, len(compiled.loops.sizes)))(*[sizes[s] for s in compiled.loops.sizes])
-    shapes = [launch_shape(grid_band(k), sizes, SIM_BLOCK, SIM_MAX_BLOCKS) for k in compiled.loops.kernels]
+    shapes = [launch_shape(band, sizes, SIM_BLOCK, SIM_MAX_BLOCKS) for band in compiled.executable.bands]
     samples: list[list[float]] = [[] for _ in shapes]
     for r in range(repeat + 1):
         for i, (k, (blocks, block)) in enumerate(zip(compiled.executable.kernels, shapes)):

@@ -27,7 +27,7 @@ _LAZY = {
     "jvp": "tcc.derivatives",
     "Derivative": "tcc.derivatives",
     "CompiledProgram": "tcc.runtime",
-    "CallError": "tcc.runtime",
+    "CallError": "tcc.backends.target",
     "read_source": "tcc.api",
     "TccError": "tcc.ir.diagnostics",
     "Pass": "tcc.passes.pass_base",

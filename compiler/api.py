@@ -102,7 +102,7 @@ def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[
             text, name = program_or_text, "<string>"
         source = parse_source(text, name)
         if isinstance(source, LippmannProblem):
-            return source.program, of or source.of, _names(wrt) if wrt else [source.wrt]
+            return source.target(of or "", _names(wrt) if wrt else [])
         program = source
     else:
         program = program_or_text

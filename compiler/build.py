@@ -91,11 +91,6 @@ def normalize_dtype(dtype: Any) -> str:
     return name
 
 
-def check_target(target: str) -> str:
-    get_target(target)  # TccError for an unknown one, listing the known ones
-    return target
-
-
 def default_pipeline(target: str) -> str:
     return get_target(target).default_pipeline
 

@@ -20,13 +20,13 @@ from typing import Any, Sequence
 
 from tcc.api import derivative_target
 from tcc.ir.diagnostics import TccError
-from tcc.pipeline import derivative_pipeline, run_pipeline
+from tcc import pipeline as _pipeline
 
 __all__ = ["jacobian_program", "hessian_program", "jvp_program", "jacobian", "hessian", "jvp", "Derivative"]
 
 
 def _run(program: Any, of: str, wrt: Sequence[str], mode: str, seed: str, instruments: Sequence[Any]) -> Any:
-    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed), instruments=instruments)
+    return _pipeline.run_pipeline(program, _pipeline.derivative_pipeline(of, wrt, mode, seed), instruments=instruments)
 
 
 def jacobian_program(program: Any, of: str | None = None, wrt: str | Sequence[str] | None = None,

@@ -339,7 +339,7 @@ def _target(session: _Session, args: argparse.Namespace) -> tuple[Any, str, list
     of = args.of or ""
     source = session.load_source(args.file)
     if isinstance(source, LippmannProblem):
-        return source.program, of or source.of, wrt or [source.wrt], True
+        return (*source.target(of, wrt), True)
     return source, of, wrt, False
 
 

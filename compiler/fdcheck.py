@@ -36,6 +36,7 @@ from tcc.ir.diagnostics import TccError
 from tcc.passes.infer_ranges import InferRanges
 from tcc.pipeline import derivative_pipeline, run_pipeline
 from tcc.sizes import extents_shape
+from tcc.targets import available_targets
 
 DEFAULT_SIZES = (5, 4, 6, 3, 7)
 FULL_CHECK_LIMIT = 512
@@ -208,7 +209,7 @@ def _runner(target: str, src: Any, deriv: Any) -> _Run:
 
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
             return evaluate(program, pack(arrays), np.float64)
-    elif target in ("cpu", "cuda", "cuda-sim"):
+    elif target in available_targets():  # built-in, registered or plug-in
         from tcc.build import build
 
         compiled = {id(src): build(src, target=target), id(deriv): build(deriv, target=target)}
@@ -216,7 +217,7 @@ def _runner(target: str, src: Any, deriv: Any) -> _Run:
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
             return compiled[id(program)](**{k: np.require(v, np.float64, "C") for k, v in arrays.items()})
     else:
-        raise TccError(f"unknown check target '{target}' (choose cpu, cuda, cuda-sim or reference)")
+        raise TccError(f"unknown check target '{target}' (choose {', '.join(available_targets())} or reference)")
     return run
 
 

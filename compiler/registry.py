@@ -14,65 +14,27 @@ offering different classes under one name, is a :class:`TccError`.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
-from typing import Any
 
 from tcc.ir.diagnostics import TccError
-from tcc.passes.pass_base import Pass
 from tcc.passes import BUILTIN_PASSES
+from tcc.passes.pass_base import Pass
+
+from .plugins import PluginTable
 
 ENTRY_POINT_GROUP = "tcc.passes"
 
-# programmatically registered passes (tests, notebooks)
-_REGISTERED: dict[str, type[Pass]] = {}
+# registered passes, the built-in table and the entry-point scan
+_TABLE: PluginTable[type[Pass]] = PluginTable("pass", ENTRY_POINT_GROUP, BUILTIN_PASSES, lambda cls: f"{cls.__module__}.{cls.__qualname__}")
 # loaded built-in classes, by name (external ones are not cached: entry points may change)
 _LOADED: dict[str, type[Pass]] = {}
-# entry-point scan, cached per ``importlib.metadata.entry_points`` function so a
-# monkeypatched one (tests) is honoured without any cache clearing
-_EP_CACHE: tuple[Any, dict[str, Any]] | None = None
 
 
-def _check_class(cls: Any, name: str, origin: str) -> type[Pass]:
+def _check_class(cls: object, name: str, origin: str) -> type[Pass]:
     if not (isinstance(cls, type) and issubclass(cls, Pass)):
         raise TccError(f"{origin} for pass '{name}' is not a tcc Pass subclass: {cls!r}")
     if cls.name != name:
         raise TccError(f"{origin} is named '{name}' but its class {cls.__qualname__} has name '{cls.name}'")
     return cls
-
-
-def _entry_points() -> dict[str, Any]:
-    """Entry points of group ``tcc.passes`` by name; conflicting ones raise TccError."""
-    global _EP_CACHE
-    fn = importlib.metadata.entry_points
-    if _EP_CACHE is not None and _EP_CACHE[0] is fn:
-        return _EP_CACHE[1]
-    eps = fn(group=ENTRY_POINT_GROUP)
-    found: dict[str, Any] = {}
-    for ep in eps:
-        prev = found.get(ep.name)
-        if prev is not None and prev.value != ep.value:
-            raise TccError(
-                f"external pass '{ep.name}' is provided twice, by '{prev.value}' and '{ep.value}' "
-                f"(entry-point group '{ENTRY_POINT_GROUP}')"
-            )
-        found[ep.name] = ep
-    _EP_CACHE = (fn, found)
-    return found
-
-
-def _check_conflicts(external: dict[str, Any]) -> None:
-    for name, ep in external.items():
-        if name in BUILTIN_PASSES:
-            raise TccError(
-                f"external pass '{name}' ({ep.value}, entry-point group '{ENTRY_POINT_GROUP}') "
-                f"conflicts with the built-in pass of that name"
-            )
-        reg = _REGISTERED.get(name)
-        if reg is not None:
-            raise TccError(
-                f"external pass '{name}' ({ep.value}, entry-point group '{ENTRY_POINT_GROUP}') "
-                f"conflicts with the registered pass {reg.__module__}.{reg.__qualname__}"
-            )
 
 
 def _load_builtin(name: str) -> type[Pass]:
@@ -93,9 +55,8 @@ def _load_builtin(name: str) -> type[Pass]:
 
 def get_pass_class(name: str) -> type[Pass]:
     """The pass class called ``name``; TccError if there is none (or a conflict)."""
-    external = _entry_points()
-    _check_conflicts(external)
-    cls = _REGISTERED.get(name) or _LOADED.get(name)
+    external = _TABLE.entry_points()
+    cls = _TABLE.registered.get(name) or _LOADED.get(name)
     if cls is not None:
         return cls
     if name in BUILTIN_PASSES:
@@ -109,9 +70,7 @@ def get_pass_class(name: str) -> type[Pass]:
 
 def available_passes() -> list[str]:
     """Every pass name that can be asked for, sorted (nothing is imported)."""
-    external = _entry_points()
-    _check_conflicts(external)
-    return sorted(set(BUILTIN_PASSES) | set(_REGISTERED) | set(external))
+    return _TABLE.names()
 
 
 def register_pass(cls: type[Pass], *, replace: bool = False) -> type[Pass]:
@@ -122,19 +81,11 @@ def register_pass(cls: type[Pass], *, replace: bool = False) -> type[Pass]:
     """
     if not (isinstance(cls, type) and issubclass(cls, Pass)):
         raise TypeError(f"register_pass expects a Pass subclass, got {cls!r}")
-    name = cls.name
-    if not name:
+    if not cls.name:
         raise TccError(f"pass class {cls.__qualname__} has no name")
-    if not replace:
-        if name in BUILTIN_PASSES:
-            raise TccError(f"pass '{name}' is already a built-in pass")
-        other = _REGISTERED.get(name)
-        if other is not None and other is not cls:
-            raise TccError(f"pass '{name}' is already registered by {other.__module__}.{other.__qualname__}")
-    _REGISTERED[name] = cls
-    return cls
+    return _TABLE.register(cls.name, cls, replace)
 
 
 def unregister_pass(name: str) -> None:
     """Undo :func:`register_pass` (tests)."""
-    _REGISTERED.pop(name, None)
+    _TABLE.registered.pop(name, None)

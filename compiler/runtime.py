@@ -34,8 +34,7 @@ kernels are launched -- is its executable's (:class:`tcc.backends.target.Executa
 made by the target's ``load``): this module checks and binds a call's
 arguments and hands the executable a :class:`~tcc.backends.target.Call`
 with what host code borrows from it (external kernels, the thread pool).
-Target ``cuda-sim``'s launches are :mod:`tcc.backends.cuda_sim`'s
-(:data:`SIM_BLOCK`, :data:`SIM_MAX_BLOCKS` are re-exported here).
+This module imports no backend: ``import tcc.runtime`` loads no llvmlite.
 """
 from __future__ import annotations
 
@@ -47,14 +46,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.backends.cuda_sim import SIM_BLOCK, SIM_MAX_BLOCKS  # re-exported
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
-    "CallError", "CompiledProgram", "default_threads", "pool_size", "run_extern", "run_parallel", "SIM_BLOCK", "SIM_MAX_BLOCKS",
+    "CallError", "CompiledProgram", "default_threads", "pool_size", "run_extern", "run_parallel",
 ]
 
 def default_threads() -> int:

@@ -23,59 +23,24 @@ finds here rather than branching on the name.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-from typing import Any
-
 from tcc.backends import BUILTIN_TARGETS
 from tcc.backends.target import Target, builtin_target, target_from_object
 from tcc.ir.diagnostics import TccError
+
+from .plugins import PluginTable
 
 __all__ = ["ENTRY_POINT_GROUP", "available_targets", "get_target", "register_target", "unregister_target"]
 
 ENTRY_POINT_GROUP = "tcc.targets"
 
-# programmatically registered targets (tests, notebooks)
-_REGISTERED: dict[str, Target] = {}
-# entry-point scan, cached per ``importlib.metadata.entry_points`` function so a
-# monkeypatched one (tests) is honoured without any cache clearing
-_EP_CACHE: tuple[Any, dict[str, Any]] | None = None
-
-
-def _entry_points() -> dict[str, Any]:
-    """Entry points of group ``tcc.targets`` by name; conflicting ones raise TccError."""
-    global _EP_CACHE
-    fn = importlib.metadata.entry_points
-    if _EP_CACHE is not None and _EP_CACHE[0] is fn:
-        return _EP_CACHE[1]
-    found: dict[str, Any] = {}
-    for ep in fn(group=ENTRY_POINT_GROUP):
-        prev = found.get(ep.name)
-        if prev is not None and prev.value != ep.value:
-            raise TccError(
-                f"external target '{ep.name}' is provided twice, by '{prev.value}' and '{ep.value}' "
-                f"(entry-point group '{ENTRY_POINT_GROUP}')"
-            )
-        found[ep.name] = ep
-    _EP_CACHE = (fn, found)
-    return found
-
-
-def _check_conflicts(external: dict[str, Any]) -> None:
-    for name, ep in external.items():
-        if name in BUILTIN_TARGETS or name in _REGISTERED:
-            what = "built-in" if name in BUILTIN_TARGETS else "registered"
-            raise TccError(
-                f"external target '{name}' ({ep.value}, entry-point group '{ENTRY_POINT_GROUP}') "
-                f"conflicts with the {what} target of that name"
-            )
+# registered targets, the built-in table and the entry-point scan
+_TABLE: PluginTable[Target] = PluginTable("target", ENTRY_POINT_GROUP, BUILTIN_TARGETS, lambda t: f"{type(t).__module__}.{type(t).__qualname__}")
 
 
 def get_target(name: str) -> Target:
     """The target called ``name``; TccError if there is none (or a conflict)."""
-    external = _entry_points()
-    _check_conflicts(external)
-    target = _REGISTERED.get(name)
+    external = _TABLE.entry_points()
+    target = _TABLE.registered.get(name)
     if target is not None:
         return target
     if name in BUILTIN_TARGETS:
@@ -88,9 +53,7 @@ def get_target(name: str) -> Target:
 
 def available_targets() -> list[str]:
     """Every target name that can be asked for, sorted (nothing is imported)."""
-    external = _entry_points()
-    _check_conflicts(external)
-    return sorted(set(BUILTIN_TARGETS) | set(_REGISTERED) | set(external))
+    return _TABLE.names()
 
 
 def register_target(target: Target | type[Target], *, replace: bool = False) -> Target:
@@ -103,19 +66,11 @@ def register_target(target: Target | type[Target], *, replace: bool = False) -> 
         target = target()
     if not isinstance(target, Target):
         raise TypeError(f"register_target expects a Target, got {target!r}")
-    name = target.name
-    if not name:
+    if not target.name:
         raise TccError(f"target {type(target).__qualname__} has no name")
-    if not replace:
-        if name in BUILTIN_TARGETS:
-            raise TccError(f"target '{name}' is already a built-in target")
-        other = _REGISTERED.get(name)
-        if other is not None and other is not target:
-            raise TccError(f"target '{name}' is already registered by {type(other).__module__}.{type(other).__qualname__}")
-    _REGISTERED[name] = target
-    return target
+    return _TABLE.register(target.name, target, replace)
 
 
 def unregister_target(name: str) -> None:
     """Undo :func:`register_target` (tests)."""
-    _REGISTERED.pop(name, None)
+    _TABLE.registered.pop(name, None)

@@ -35,6 +35,11 @@ class LippmannProblem:
     of: str   # the definition holding the expression
     wrt: str  # the argument after `derivative wrt`
 
+    def target(self, of: str, wrt: list[str]) -> tuple[Program, str, list[str]]:
+        """``(program, of, wrt)`` of a derivative where the caller's ``of``/``wrt`` win and the
+        form's own fill what the caller left empty (the API and the command line alike)."""
+        return self.program, of or self.of, wrt or [self.wrt]
+
 
 def is_lippmann(text: str) -> bool:
     """Whether the first word of the text (comments skipped) is ``declare``."""

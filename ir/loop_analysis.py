@@ -119,6 +119,36 @@ def affine_names(items: Iterable[Affine]) -> set[str]:
     return {n for a in items for n in a.names()}
 
 
+def _own_reads(s: Stmt) -> set[str]:
+    """Names a statement's own header or expressions read: its nested statements are not looked at."""
+    if isinstance(s, For):
+        return affine_names(s.lo + s.hi)
+    if isinstance(s, If):
+        return set(s.cond.names())
+    if isinstance(s, Let):
+        return set(expr_names(s.value))
+    if isinstance(s, Local):
+        return set(expr_names(s.init))
+    if isinstance(s, (Store, Accumulate)):
+        return affine_names(s.indices) | expr_names(s.value)
+    if isinstance(s, Extern):
+        return set(s.args)
+    raise TypeError(s)  # pragma: no cover - closed set
+
+
+def _own_write(s: Stmt) -> str | None:
+    """The name a statement itself assigns (a declaration counts), if any; nested ones are not looked at."""
+    if isinstance(s, (Let, Local)):
+        return s.name
+    if isinstance(s, Store):
+        return s.buffer
+    if isinstance(s, Accumulate):
+        return s.target
+    if isinstance(s, Extern):
+        return s.out
+    return None
+
+
 def read_names(body: Sequence[Stmt]) -> set[str]:
     """Names a statement list reads and does not bind itself (loop variables,
     ``let``/``local`` names declared in it are bound from their statement on).
@@ -129,22 +159,11 @@ def read_names(body: Sequence[Stmt]) -> set[str]:
     free: set[str] = set()
     bound: set[str] = set()
     for s in body:
+        used = _own_reads(s)
         if isinstance(s, For):
-            used = affine_names(s.lo + s.hi) | (read_names(s.body) - {s.var})
+            used |= read_names(s.body) - {s.var}
         elif isinstance(s, If):
-            used = set(s.cond.names()) | read_names(s.then) | read_names(s.orelse)
-        elif isinstance(s, Let):
-            used = set(expr_names(s.value))
-        elif isinstance(s, Local):
-            used = set(expr_names(s.init))
-        elif isinstance(s, Store):
-            used = affine_names(s.indices) | expr_names(s.value)
-        elif isinstance(s, Accumulate):
-            used = affine_names(s.indices) | expr_names(s.value)
-        elif isinstance(s, Extern):
-            used = set(s.args)
-        else:  # pragma: no cover - closed set
-            raise TypeError(s)
+            used |= read_names(s.then) | read_names(s.orelse)
         free |= used - bound
         if isinstance(s, (Let, Local)):
             bound.add(s.name)
@@ -155,18 +174,7 @@ def names_read_anywhere(body: Sequence[Stmt]) -> set[str]:
     """Every name any expression, index, bound or test in ``body`` mentions."""
     out: set[str] = set()
     for s in walk_stmts(tuple(body)):
-        if isinstance(s, For):
-            out |= affine_names(s.lo + s.hi)
-        elif isinstance(s, If):
-            out.update(s.cond.names())
-        elif isinstance(s, Let):
-            out |= expr_names(s.value)
-        elif isinstance(s, Local):
-            out |= expr_names(s.init)
-        elif isinstance(s, (Store, Accumulate)):
-            out |= expr_names(s.value) | affine_names(s.indices)
-        elif isinstance(s, Extern):
-            out.update(s.args)
+        out |= _own_reads(s)
     return out
 
 
@@ -180,21 +188,15 @@ def outer_writes(body: Sequence[Stmt]) -> set[str]:
     accumulated buffers, accumulated locals declared outside it, and the
     ``let``/``local`` names it declares at its top level."""
     out: set[str] = set()
-    declared: set[str] = set()
     for s in body:
-        if isinstance(s, (Let, Local)):
-            out.add(s.name)
-            declared.add(s.name)
-        elif isinstance(s, Store):
-            out.add(s.buffer)
-        elif isinstance(s, Accumulate):
-            out.add(s.target)
-        elif isinstance(s, Extern):
-            out.add(s.out)
-        elif isinstance(s, For):
+        if isinstance(s, For):
             out |= outer_writes(s.body) - _declared_here(s.body)
         elif isinstance(s, If):
             out |= (outer_writes(s.then) - _declared_here(s.then)) | (outer_writes(s.orelse) - _declared_here(s.orelse))
+        else:
+            name = _own_write(s)
+            if name is not None:
+                out.add(name)
     return out
 
 
@@ -204,17 +206,7 @@ def _declared_here(body: Sequence[Stmt]) -> set[str]:
 
 def all_writes(body: Sequence[Stmt]) -> set[str]:
     """Every name a statement list assigns anywhere inside, declarations included."""
-    out: set[str] = set()
-    for s in walk_stmts(tuple(body)):
-        if isinstance(s, (Let, Local)):
-            out.add(s.name)
-        elif isinstance(s, Store):
-            out.add(s.buffer)
-        elif isinstance(s, Accumulate):
-            out.add(s.target)
-        elif isinstance(s, Extern):
-            out.add(s.out)
-    return out
+    return {name for s in walk_stmts(tuple(body)) if (name := _own_write(s)) is not None}
 
 
 def bound_inside(body: Sequence[Stmt]) -> set[str]:

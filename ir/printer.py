@@ -14,6 +14,7 @@ from .index import Affine, format_affine, format_cond
 
 __all__ = ["ExprPrinter", "format_cond", "format_expr", "format_program"]
 
+
 def _decl(name: str, extents: tuple[Affine, ...]) -> str:
     if not extents:
         return name

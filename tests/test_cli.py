@@ -449,7 +449,6 @@ def test_passes_subprocess():
     assert "    opt-level=3  int" in proc.stdout.splitlines()
 
 
-
 def test_passes_lists_a_registered_pass(capsys):
     import dataclasses
     from typing import Literal

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tcc.backends import cpu
-from tcc.backends.llvm import LLVMModule, get_target, kernel_symbol, lower_program
+from tcc.backends.llvm import LLVMModule, codegen_target, kernel_symbol, lower_program
 from tcc.ir.diagnostics import TccError
 from tcc.interpreter import _UNARY
 from tcc.ir.expr import UNARY_FUNCTIONS, Access, Binary, Const, Sum, Unary, Where
@@ -469,7 +469,7 @@ def test_module_object_and_symbols():
     assert mod.program is prog and mod.dtype == "float64" and mod.target == "cpu"
     text = str(mod)
     mod.verify()
-    assert get_target("cpu").triple in text
+    assert codegen_target("cpu").triple in text
     assert 'define void @"tcc_1_f_x_2"(ptr %"bufs", ptr %"sizes", i64 %"part", i64 %"nparts")' in text
     asm = cpu.emit_assembly(cpu.optimize(mod))
     assert "tcc_1_f_x_2" in asm

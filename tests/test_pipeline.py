@@ -614,3 +614,18 @@ def test_import_tcc_is_lazy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_runtime_and_call_error_load_no_backend():
+    """The runtime calls a target's executable and knows no backend: importing it (or ``tcc.CallError``,
+    which users catch) must not load llvmlite or any code generator."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tcc; tcc.CallError; import tcc.runtime; "
+        "print(sorted(m for m in sys.modules if m == 'llvmlite' or m.startswith(('tcc.backends.llvm', "
+        "'tcc.backends.cpu', 'tcc.backends.cuda', 'tcc.backends.ptx'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -123,3 +123,19 @@ def test_register_target():
         targets.unregister_target("t-counting")
     with pytest.raises(TccError, match="unknown target"):
         targets.get_target("t-counting")
+
+
+def test_check_runs_on_a_registered_target_and_names_the_known_ones():
+    """``tcc.check`` asks the registry too: a registered target checks gradients like a built-in
+    one, and an unknown name lists every target the registry knows."""
+    Counting.loads = 0
+    targets.register_target(Counting)
+    try:
+        src = "input x[n]\ny[i] = x[i] ** 3\n"
+        result = tcc.check(src, of="y", wrt="x", sizes={"n": 4}, target="t-counting")
+        assert [r.ok for r in result] == [True] and Counting.loads == 2  # the function and its derivative program
+        with pytest.raises(TccError) as info:
+            tcc.check(src, of="y", wrt="x", sizes={"n": 4}, target="tpu")
+        assert info.value.message == "unknown check target 'tpu' (choose cpu, cuda, cuda-sim, t-counting or reference)"
+    finally:
+        targets.unregister_target("t-counting")

@@ -126,17 +126,13 @@ from ..target import DTYPES
 from .exprs import POW_UNROLL_LIMIT
 from .kernels import band_extents, cuda_refusal, grid_band, kernel_buffers, kernel_shape, kernel_symbol
 from .lower import REASSOCIATE, lower_program
-from .machines import CodegenTarget, get_target
+from .machines import CodegenTarget, codegen_target
 from .module import LLVMModule, dispose_module_pass_manager, run_default_pipeline
-
-#: the codegen target's former name (there is one Target now: :class:`tcc.backends.target.Target`)
-Target = CodegenTarget
 
 __all__ = [
     "LLVMModule",
     "CodegenTarget",
-    "Target",
-    "get_target",
+    "codegen_target",
     "grid_band",
     "band_extents",
     "kernel_buffers",

@@ -21,7 +21,7 @@ from ..target import DTYPES
 from .entries import KernelEntries
 from .exprs import I32, I64, PTR, VOID, ExprLowering, Scalars, _Memo
 from .kernels import cuda_refusal, grid_band, kernel_buffers, kernel_shape, kernel_symbol
-from .machines import CodegenTarget, check_arch, default_arch, get_target
+from .machines import CodegenTarget, check_arch, default_arch, codegen_target
 from .module import LLVMModule
 
 __all__ = ["REASSOCIATE", "lower_program"]
@@ -53,7 +53,7 @@ def lower_program(
         raise TccError(f"unsupported element type '{dtype}' (expected float64 or float32)")
     if reassociate not in REASSOCIATE:
         raise TccError(f"unknown reassociate mode '{reassociate}' (expected {', '.join(REASSOCIATE)})")
-    tgt = get_target(target)
+    tgt = codegen_target(target)
     if tgt.abi == "grid":
         arch = check_arch(arch or default_arch())
         if isinstance(ptx_version, bool) or not isinstance(ptx_version, int) or ptx_version < 0:

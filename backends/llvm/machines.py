@@ -10,7 +10,7 @@ the lowering a backend):
   (the GPU's compute capability when PyCUDA can ask it, else
   :data:`DEFAULT_ARCH`);
 * the **codegen targets** (:class:`CodegenTarget`, found by
-  :func:`get_target`): the triple, data layout, math-function naming and
+  :func:`codegen_target`): the triple, data layout, math-function naming and
   kernel ABI that :func:`tcc.backends.llvm.lower_program` needs for
   ``lower-llvm{target=cpu|cuda|cuda-sim}``.
 
@@ -35,7 +35,7 @@ __all__ = [
     "check_arch",
     "default_arch",
     "device_ordinal",
-    "get_target",
+    "codegen_target",
     "host_data_layout",
     "host_target_machine",
     "host_triple",
@@ -205,7 +205,7 @@ def _nvptx() -> CodegenTarget:
 
 
 def _grid_on_host() -> CodegenTarget:
-    host = get_target("cpu")
+    host = codegen_target("cpu")
     return CodegenTarget(
         name="cuda-sim",
         triple=host.triple,
@@ -221,7 +221,7 @@ _CODEGEN: dict[str, Callable[[], CodegenTarget]] = {"cpu": _host, "cuda": _nvptx
 
 
 @functools.lru_cache(maxsize=None)
-def get_target(name: str) -> CodegenTarget:
+def codegen_target(name: str) -> CodegenTarget:
     """The :class:`CodegenTarget` called ``name`` (``cpu`` is the host)."""
     make = _CODEGEN.get(name)
     if make is None:

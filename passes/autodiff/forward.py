@@ -79,7 +79,7 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.passes.autodiff.rules import add, check_arguments, child_adjoints, div, mul, relevant_definitions
+from tcc.passes.autodiff.rules import Derivation, add, check_arguments, child_adjoints, div, mul, relevant_definitions
 
 __all__ = ["differentiate_forward"]
 
@@ -162,15 +162,13 @@ def _negated(e: Expr) -> Expr:
 # ---------------------------------------------------------------------------
 
 
-class _Forward:
+class _Forward(Derivation):
     def __init__(self, program: Program, of: str, wrt: tuple[str, ...], delta: bool) -> None:
-        self.program = program
+        super().__init__(program)
         self.of = of
         self.wrt = wrt
         self.delta = delta
         self.lift = _Lifter()
-        # one namespace: a new tensor must not take the name of an index either
-        self.taken = program.names_in_use()
         # helper definitions inv(A) / det(A) for matrix rules: (fn, A) -> name
         self.helpers: dict[tuple[str, str], str] = {}
         # new helper definitions, by the matrix-function definition they follow
@@ -179,16 +177,6 @@ class _Forward:
         for d in program.definitions:
             if isinstance(d.body, MatrixFn) and d.body.fn in ("inv", "det"):
                 self.helpers.setdefault((d.body.fn, d.body.tensor), d.name)
-
-    def allocate(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
-
-    def extents_of(self, name: str) -> tuple[Affine, ...]:
-        ext = self.program.extents_of(name)
-        assert ext is not None
-        return ext
 
     # -- driver ------------------------------------------------------------
     def run(self) -> Program:

@@ -61,7 +61,7 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine, And, Compare
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.passes.autodiff.rules import add, check_arguments, child_adjoints, mul, relevant_definitions
+from tcc.passes.autodiff.rules import Derivation, add, check_arguments, child_adjoints, mul, relevant_definitions
 
 
 def level_adjoints(
@@ -253,26 +253,14 @@ def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = F
 _Term = tuple[Definition, Access | int, list, Expr]
 
 
-class _Reverse:
+class _Reverse(Derivation):
     """One reverse-mode derivative: the names it takes, in the order that fixes them, and its terms."""
 
     def __init__(self, program: Program, of: str, wrt: tuple[str, ...], delta: bool) -> None:
-        self.program = program
+        super().__init__(program)
         self.of = of
         self.wrt = wrt
         self.delta = delta
-        # one namespace: a new tensor must not take the name of an index either
-        self.taken = program.names_in_use()
-
-    def allocate(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
-
-    def extents_of(self, name: str) -> tuple[Affine, ...]:
-        ext = self.program.extents_of(name)
-        assert ext is not None
-        return ext
 
     def run(self) -> Program:
         program, of, wrt, delta = self.program, self.of, self.wrt, self.delta

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import ONE, ZERO, Binary, Const, Expr, Unary, Where, accessed_tensors, is_one, is_zero, neg
-from tcc.ir.index import negate
+from tcc.ir.expr import ONE, ZERO, Binary, Const, Expr, Unary, Where, accessed_tensors, fresh_name, is_one, is_zero, neg
+from tcc.ir.index import Affine, negate
 from tcc.ir.program import Definition, Program
 
 __all__ = ["mul", "add", "div", "child_adjoints", "check_arguments", "relevant_definitions"]
@@ -201,3 +201,26 @@ def relevant_definitions(program: Program, of: str, wrt: Sequence[str]) -> list[
             influenced.add(d.name)
     return [d for d in program.definitions if d.name in needed and d.name in influenced]
 
+
+class Derivation:
+    """What a derivative of either mode keeps while it names new tensors and indices.
+
+    One namespace for everything the program already uses -- tensors, sizes
+    and indices alike -- so that a new tensor never takes an index's name;
+    names are taken in the order the mode asks for them, which fixes the
+    printed derivative.
+    """
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.taken = program.names_in_use()
+
+    def allocate(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
+
+    def extents_of(self, name: str) -> tuple[Affine, ...]:
+        ext = self.program.extents_of(name)
+        assert ext is not None
+        return ext

@@ -15,7 +15,7 @@ work to the outermost place where its value is the same:
    the product becomes a ``let`` that later reads use; otherwise a fresh
    partial sum ``local t = 0`` is added and ``acc += t * Y`` follows the loop
    (distributivity needs no zero start; the ``let`` form just reads better).
-   The product is formed only where some term was added (:func:`runs_test`):
+   The product is formed only where some term was added (:func:`.factor.runs_test`):
    the interpreter's empty sum is +0 for any ``Y``, ``0 * inf`` is NaN.  No
    exact test, no factoring (docs/passes.md, "Factoring and IEEE arithmetic").
 2. **licm** (step a): a ``let``, or a *reduction* -- ``local acc = 0`` and
