@@ -4,12 +4,12 @@ A definition such as
 
     T[i, j, l] = sum[p: 0..n - 1, q: 0..n - 1](A[i, p, q] * B[p, j] * C[q, l])
 
-runs, as written, one loop nest over all five indices: O(n^5).  Summing ``p``
-first and ``q`` afterwards costs O(n^4):
+runs, as written, one loop nest over all five indices: O(n^5).  Summing ``q``
+first and ``p`` afterwards costs O(n^4):
 
     local T_ctr[n, n, n]
-    T_ctr[i, q, j] = sum[p: 0..n - 1](A[i, p, q] * B[p, j])
-    T[i, j, l] = sum[q: 0..n - 1](T_ctr[i, q, j] * C[q, l])
+    T_ctr[i, p, l] = sum[q: 0..n - 1](A[i, p, q] * C[q, l])
+    T[i, j, l] = sum[p: 0..n - 1](T_ctr[i, p, l] * B[p, j])
 
 The order is chosen by a dynamic program over the contraction graph
 (``opt_einsum``'s ``DynamicProgramming``, which minimises FLOPs, the size of
@@ -41,18 +41,24 @@ stays in bounds.  Factors on no index (constants, scalar tensors, sizes) and a
 negation stay in the last contraction.
 
 **When it rewrites.**  Only when the chosen order has at least two steps and
-costs fewer FLOPs (by ``opt_einsum``'s count) than the written one, and, with
+costs at least ``min-gain`` (2) times fewer FLOPs (by ``opt_einsum``'s count)
+than the written one -- so ``x[i] * A[i, j] * x[j]``, whose written nest
+``hoist`` already factors, stays -- and, with
 constant extents only, the written sum does at least ``min-work``
 multiply-adds.
 
-**What it makes.**  Each step except the last becomes a new ``local``
-definition ``<D>_ctr`` (fresh names as ``blas`` makes them, placed right
-before ``D``) whose indices are the definition's indices and then the
-summation variables, in that order, of those the later steps still need; the
-last step replaces the sum in place.  The result is again a program of the
-language: it prints, parses back and runs in the interpreter.  ``blas``,
-which runs after this pass in the CPU pipeline, turns the two-index
-intermediates that are matrix products into ``matmul`` calls.
+**What it makes.**  Each step except the last that sums over an index
+becomes a new ``local`` definition ``<D>_ctr`` (fresh names as ``blas``
+makes them, placed right before ``D``); a step that sums over nothing (an
+element-wise product, which the dynamic program may schedule on its own) is
+not stored but read inline by the next step.  An intermediate's indices are
+the ones later steps still need, in the order they are first written in its
+factors -- the storage order of its operands, so ``A[i, p, q] * C[q, l]``
+gives ``T_ctr[i, p, l]``, a GEMM-shaped product.  The last step replaces the
+sum in place.  The result is again a program of the language: it prints,
+parses back and runs in the interpreter.  ``blas``, which runs after this
+pass in the CPU pipeline, turns the two-index intermediates that are matrix
+products into ``matmul`` calls.
 """
 from __future__ import annotations
 
@@ -82,10 +88,12 @@ from tcc.ir.polyhedra import Facts, program_facts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
 
-__all__ = ["ContractOrder", "contract_order_program", "DEFAULT_MIN_WORK", "DEFAULT_SYMBOLIC_SIZE"]
+__all__ = ["ContractOrder", "contract_order_program", "DEFAULT_MIN_GAIN", "DEFAULT_MIN_WORK", "DEFAULT_SYMBOLIC_SIZE"]
 
 #: multiply-adds of the written sum below which a constant-size sum stays as it is
 DEFAULT_MIN_WORK = 32768
+#: how many times cheaper (FLOPs) the chosen order must be than the written one
+DEFAULT_MIN_GAIN = 2.0
 #: the extent assumed for a size name when costs are estimated at compile time
 DEFAULT_SYMBOLIC_SIZE = 1000
 
@@ -147,9 +155,10 @@ def _opaque(e: Expr) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, program: Program, min_work: int, minimize: str, symbolic_size: int) -> None:
+    def __init__(self, program: Program, min_work: int, min_gain: float, minimize: str, symbolic_size: int) -> None:
         self.program = program
         self.min_work = min_work
+        self.min_gain = min_gain
         self.minimize = minimize
         self.symbolic_size = symbolic_size
         self.sizes = set(program.sizes())
@@ -226,7 +235,7 @@ class _Rewriter:
             keep = union & (output.union(*terms) if terms else output)
             cost += flop_count(union, bool(union - keep), len(picked), sizes)
             terms.append(keep)
-        return path if cost < written else None
+        return path if cost * self.min_gain <= written and cost < written else None
 
     # -- rewriting -----------------------------------------------------------
     def emit(self, c: _Contraction, path: list[tuple[int, ...]], d: Definition, out: list[Definition]) -> Expr:
@@ -248,6 +257,9 @@ class _Rewriter:
             if number == len(path) - 1:
                 result = self.wrap(c, gone, _product(factors + c.scalars, c.negated))
                 break
+            if not gone:  # an element-wise product: no definition, the next step reads it inline
+                terms.append((picked[0][0], _product(factors, False), union))
+                continue
             name = self.fresh(f"{d.name}_ctr")
             body = self.wrap(c, gone, _product(factors, False))
             out.append(Definition(name, keep, body, tuple(c.extent[n] for n in keep), d.loc))
@@ -273,7 +285,10 @@ class _Rewriter:
             c = self.collect(s, d)
             path = None if c is None else self.plan(c)
             if c is not None and path is not None:
-                replace[s] = self.emit(c, path, d, out)
+                made = len(out)
+                new = self.emit(c, path, d, out)
+                if len(out) > made:  # not only element-wise steps: a reordered product alone gains nothing
+                    replace[s] = new
         if not replace:
             return [d]
         return out + [d.with_body(transform(d.body, lambda n: replace.get(n, n)))]
@@ -301,10 +316,10 @@ def _product(factors: list[Expr], negated: bool) -> Expr:
     return Unary("neg", body) if negated else body
 
 
-def contract_order_program(program: Program, min_work: int = DEFAULT_MIN_WORK, minimize: str = "combo",
-                           symbolic_size: int = DEFAULT_SYMBOLIC_SIZE) -> Program:
+def contract_order_program(program: Program, min_work: int = DEFAULT_MIN_WORK, min_gain: float = DEFAULT_MIN_GAIN,
+                           minimize: str = "combo", symbolic_size: int = DEFAULT_SYMBOLIC_SIZE) -> Program:
     """Rewrite every candidate sum (see the module docstring)."""
-    rw = _Rewriter(program, min_work, minimize, symbolic_size)
+    rw = _Rewriter(program, min_work, min_gain, minimize, symbolic_size)
     defs: list[Definition] = []
     changed = False
     for d in program.definitions:
@@ -327,10 +342,12 @@ class ContractOrder(Pass):
 
     # multiply-adds of a written sum with constant extents below which it stays
     min_work: int = DEFAULT_MIN_WORK
+    # how many times fewer FLOPs the chosen order must cost than the written one
+    min_gain: float = DEFAULT_MIN_GAIN
     # what the dynamic program minimises (opt_einsum: flops, size, write, combo = flops + 64 * write)
     minimize: Minimize = "combo"
     # the value assumed for every size name when costs are estimated at compile time
     symbolic_size: int = DEFAULT_SYMBOLIC_SIZE
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        return contract_order_program(program, self.min_work, self.minimize, self.symbolic_size)
+        return contract_order_program(program, self.min_work, self.min_gain, self.minimize, self.symbolic_size)
