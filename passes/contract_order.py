@@ -52,9 +52,10 @@ becomes a new ``local`` definition ``<D>_ctr`` (fresh names as ``blas``
 makes them, placed right before ``D``); a step that sums over nothing (an
 element-wise product, which the dynamic program may schedule on its own) is
 not stored but read inline by the next step.  An intermediate's indices are
-the ones later steps still need, in the order they are first written in its
-factors -- the storage order of its operands, so ``A[i, p, q] * C[q, l]``
-gives ``T_ctr[i, p, l]``, a GEMM-shaped product.  The last step replaces the
+the ones later steps still need, ordered by how close to contiguous its
+factors read them (:func:`_layout`): ``A[i, p, q] * C[q, l]`` gives
+``T_ctr[i, p, l]``, whose innermost loop walks ``C`` and ``T_ctr`` with unit
+stride (and which is one GEMM-shaped product).  The last step replaces the
 sum in place.  The result is again a program of the language: it prints,
 parses back and runs in the interpreter.  ``blas``, which runs after this
 pass in the CPU pipeline, turns the two-index intermediates that are matrix
@@ -62,8 +63,9 @@ products into ``matmul`` calls.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 from opt_einsum.helpers import flop_count
 from opt_einsum.paths import DynamicProgramming
@@ -94,6 +96,10 @@ __all__ = ["ContractOrder", "contract_order_program", "DEFAULT_MIN_GAIN", "DEFAU
 DEFAULT_MIN_WORK = 32768
 #: how many times cheaper (FLOPs) the chosen order must be than the written one
 DEFAULT_MIN_GAIN = 2.0
+#: up to this many factors every input order of the dynamic program is tried (120 runs at 5)
+MAX_PERMUTED = 5
+#: at most this many layouts of the intermediates are compared for one order
+MAX_LAYOUTS = 256
 #: the extent assumed for a size name when costs are estimated at compile time
 DEFAULT_SYMBOLIC_SIZE = 1000
 
@@ -212,68 +218,90 @@ class _Rewriter:
         value = e.evaluate({n: self.symbolic_size for n in e.names()})
         return max(int(value), 0)
 
-    def plan(self, c: _Contraction) -> list[tuple[int, ...]] | None:
-        """The order (``opt_einsum``'s linear path over ``c.factors``), or None when the written order is as cheap."""
+    def plan(self, c: _Contraction) -> list[_Step] | None:
+        """The cheapest order, or None when it is not worth it (module docstring).
+
+        opt_einsum's dynamic program returns one optimal order; which one,
+        among orders of equal cost, depends on the order of its inputs.  For
+        up to :data:`MAX_PERMUTED` factors every input order is tried, and of
+        the cheapest orders found the one whose loops read memory best
+        (:func:`_goodness`) is kept -- the first found on a tie, so the
+        choice is deterministic.
+        """
         order = c.out + c.summed
-        label = {name: k for k, name in enumerate(order)}
-        sizes = {label[n]: self.estimate(c.extent[n]) for n in order}
-        inputs = [frozenset(label[n] for n in free_names(f) if n in label) for f in c.factors]
-        output = frozenset(label[n] for n in c.out)
-        written = flop_count(frozenset(sizes), True, len(inputs), sizes)
+        sizes = {n: self.estimate(c.extent[n]) for n in order}
         if all(c.extent[n].is_constant for n in order) and _volume(sizes) < self.min_work:
             return None
-        path = [tuple(step) for step in DynamicProgramming(minimize=self.minimize)(inputs, output, sizes)]
-        if len(path) < 2:
+        label = {name: k for k, name in enumerate(order)}
+        int_sizes = {label[n]: v for n, v in sizes.items()}
+        sets = [frozenset(n for n in free_names(f) if n in label) for f in c.factors]
+        inputs = [frozenset(label[n] for n in fs) for fs in sets]
+        output = frozenset(label[n] for n in c.out)
+        k = len(inputs)
+        perms = itertools.permutations(range(k)) if k <= MAX_PERMUTED else iter([tuple(range(k)), tuple(reversed(range(k)))])
+        candidates: dict[tuple[tuple[int, ...], ...], int] = {}
+        optimizer = DynamicProgramming(minimize=self.minimize)
+        for perm in perms:
+            linear = optimizer([inputs[j] for j in perm], output, int_sizes)
+            ssa = _to_ssa([tuple(step) for step in linear], list(perm), k)
+            if ssa not in candidates:
+                candidates[ssa] = _cost(_steps(ssa, sets, c), sizes)
+        best_cost = min(candidates.values())
+        written = flop_count(frozenset(order), True, k, sizes)
+        if best_cost * self.min_gain > written or best_cost >= written:
             return None
-        cost = 0
-        terms = list(inputs)
-        for step in path:
-            picked = [terms[k] for k in step]
-            for k in sorted(step, reverse=True):
-                del terms[k]
-            union = frozenset().union(*picked)
-            keep = union & (output.union(*terms) if terms else output)
-            cost += flop_count(union, bool(union - keep), len(picked), sizes)
-            terms.append(keep)
-        return path if cost * self.min_gain <= written and cost < written else None
+        best = [_steps(ssa, sets, c) for ssa, cost in candidates.items() if cost == best_cost]
+        best = [steps for steps in best if len(steps) >= 2 and any(st.gone for st in steps[:-1])]
+        if not best:
+            return None  # only element-wise steps before the last: a reordered product alone gains nothing
+        return max(best, key=lambda steps: self.layouts(c, steps)[1])
 
     # -- rewriting -----------------------------------------------------------
-    def emit(self, c: _Contraction, path: list[tuple[int, ...]], d: Definition, out: list[Definition]) -> Expr:
-        """Append the intermediate definitions to ``out``; returns the expression that replaces the sum."""
-        order = c.out + c.summed
-        # a term: (position of its first factor, expression, indices)
-        terms: list[tuple[int, Expr, frozenset[str]]] = [
-            (k, f, frozenset(n for n in free_names(f) if n in c.extent)) for k, f in enumerate(c.factors)]
-        result: Expr | None = None
-        for number, step in enumerate(path):
-            picked = sorted((terms[k] for k in step), key=lambda t: t[0])
-            for k in sorted(step, reverse=True):
-                del terms[k]
-            union = frozenset().union(*(t[2] for t in picked))
-            need = set(c.out).union(*(t[2] for t in terms))
-            factors = [t[1] for t in picked]
-            keep = tuple(n for n in _appearance(factors) if n in need)
-            gone = tuple(n for n in order if n in union and n not in need)
-            if number == len(path) - 1:
-                result = self.wrap(c, gone, _product(factors + c.scalars, c.negated))
-                break
-            if not gone:  # an element-wise product: no definition, the next step reads it inline
-                terms.append((picked[0][0], _product(factors, False), union))
-                continue
-            name = self.fresh(f"{d.name}_ctr")
-            body = self.wrap(c, gone, _product(factors, False))
-            out.append(Definition(name, keep, body, tuple(c.extent[n] for n in keep), d.loc))
-            access = Access(name, tuple(Affine.var(n) for n in keep))
-            terms.append((picked[0][0], access, frozenset(keep)))
-        assert result is not None
-        return result
+    def layouts(self, c: _Contraction, steps: list[_Step]) -> tuple[dict[int, str | None], int]:
+        """The last (contiguous) index of each stored intermediate, by step number, that reads memory best, and its score.
 
-    @staticmethod
-    def wrap(c: _Contraction, gone: tuple[str, ...], body: Expr) -> Expr:
-        """``sum[v: 0..N - 1]`` around ``body`` for each variable of ``gone``, the first outermost."""
-        for v in reversed(gone):
-            body = Sum(v, (Affine.constant(0),), (c.extent[v] - 1,), body)
-        return body
+        Tries every choice (at most :data:`MAX_LAYOUTS`), the default layout
+        of :func:`_layout` first, so a tie keeps it.
+        """
+        stored = [(number, _layout(_operands(c, steps, number), step.keep))
+                  for number, step in enumerate(steps[:-1]) if step.gone]
+        options = itertools.product(*[(lay[-1],) + lay[:-1] if lay else (None,) for _, lay in stored])
+        best: tuple[dict[int, str | None], int] | None = None
+        for pick in itertools.islice(options, MAX_LAYOUTS):
+            lasts = {number: last for (number, _), last in zip(stored, pick)}
+            score = self.build(c, steps, _placeholder(), lasts)[2]
+            if best is None or score > best[1]:
+                best = (lasts, score)
+        assert best is not None
+        return best
+
+    def build(self, c: _Contraction, steps: list[_Step], namer: Callable[[], str],
+              lasts: dict[int, str | None]) -> tuple[list[tuple[str, tuple[str, ...], Expr]], Expr, int]:
+        """The intermediates ``(name, indices, body)``, the expression replacing the sum, and the order's score.
+
+        ``lasts`` gives a stored intermediate's last (contiguous) index by
+        step number; the score adds up :func:`_goodness` over the steps.
+        """
+        k = len(c.factors)
+        operands: dict[int, list[tuple[int, Expr]]] = {j: [(j, f)] for j, f in enumerate(c.factors)}
+        defs: list[tuple[str, tuple[str, ...], Expr]] = []
+        score = 0
+        for number, step in enumerate(steps):
+            ops = sorted((op for t in step.terms for op in operands[t]), key=lambda op: op[0])
+            exprs = [e for _, e in ops]
+            gone = tuple(n for n in c.out + c.summed if n in step.gone)
+            if number == len(steps) - 1:
+                score += _goodness(exprs, gone, c.out[-1] if c.out else None)
+                return defs, _wrap(c, gone, _product(exprs + c.scalars, c.negated)), score
+            if not gone:  # an element-wise product: not stored, the next step reads it inline
+                operands[k + number] = ops
+                continue
+            layout = _layout(exprs, step.keep, lasts.get(number))
+            score += _goodness(exprs, gone, layout[-1] if layout else None)
+            name = namer()
+            defs.append((name, layout, _wrap(c, gone, _product(exprs, False))))
+            operands[k + number] = [(ops[0][0], Access(name, tuple(Affine.var(n) for n in layout)))]
+        raise AssertionError("an order ends with its last step")
 
     def rewrite(self, d: Definition) -> list[Definition]:
         """``[d]`` unchanged, or the intermediates followed by ``d`` with its sums replaced."""
@@ -283,23 +311,131 @@ class _Rewriter:
         replace: dict[Expr, Expr] = {}
         for s in _top_sums(d.body):
             c = self.collect(s, d)
-            path = None if c is None else self.plan(c)
-            if c is not None and path is not None:
-                made = len(out)
-                new = self.emit(c, path, d, out)
-                if len(out) > made:  # not only element-wise steps: a reordered product alone gains nothing
-                    replace[s] = new
+            steps = None if c is None else self.plan(c)
+            if c is None or steps is None:
+                continue
+            lasts, _ = self.layouts(c, steps)
+            defs, replace[s], _ = self.build(c, steps, lambda: self.fresh(f"{d.name}_ctr"), lasts)
+            out.extend(Definition(name, layout, body, tuple(c.extent[n] for n in layout), d.loc)
+                       for name, layout, body in defs)
         if not replace:
             return [d]
         return out + [d.with_body(transform(d.body, lambda n: replace.get(n, n)))]
 
 
-def _appearance(factors: list[Expr]) -> tuple[str, ...]:
-    """The index names of ``factors`` in the order they are first written (free sizes included)."""
+@dataclass(frozen=True)
+class _Step:
+    """One contraction of an order: the terms it multiplies, the indices it keeps and those it sums."""
+
+    terms: tuple[int, ...]      # factor numbers 0..k-1, then k + the number of an earlier step
+    keep: frozenset[str]
+    gone: frozenset[str]
+
+
+def _to_ssa(linear: list[tuple[int, ...]], ids: list[int], k: int) -> tuple[tuple[int, ...], ...]:
+    """An opt_einsum linear path (positions in a shrinking list, results appended) as term numbers."""
+    ssa: list[tuple[int, ...]] = []
+    for number, step in enumerate(linear):
+        ssa.append(tuple(sorted(ids[j] for j in step)))
+        for j in sorted(step, reverse=True):
+            del ids[j]
+        ids.append(k + number)
+    return tuple(ssa)
+
+
+def _steps(ssa: tuple[tuple[int, ...], ...], sets: list[frozenset[str]], c: _Contraction) -> list[_Step]:
+    """Each step's kept and summed indices: what no later step and not the result needs is summed."""
+    index_sets = {j: s for j, s in enumerate(sets)}
+    live = set(index_sets)
+    steps: list[_Step] = []
+    for number, terms in enumerate(ssa):
+        live -= set(terms)
+        union = frozenset().union(*(index_sets[t] for t in terms))
+        need = set(c.out).union(*(index_sets[t] for t in live))
+        keep = frozenset(n for n in union if n in need)
+        steps.append(_Step(terms, keep, union - keep))
+        index_sets[len(sets) + number] = keep
+        live.add(len(sets) + number)
+    return steps
+
+
+def _cost(steps: list[_Step], sizes: dict[str, int]) -> int:
+    """opt_einsum's FLOP count of an order."""
+    return sum(flop_count(st.keep | st.gone, bool(st.gone), len(st.terms), sizes) for st in steps)
+
+
+def _operands(c: _Contraction, steps: list[_Step], number: int) -> list[Expr]:
+    """The original factors under step ``number`` (what its layout looks at before intermediates exist)."""
+    k = len(c.factors)
+    found: list[int] = []
+    stack = list(steps[number].terms)
+    while stack:
+        t = stack.pop()
+        if t < k:
+            found.append(t)
+        else:
+            stack.extend(steps[t - k].terms)
+    return [c.factors[j] for j in sorted(found)]
+
+
+def _placeholder() -> Callable[[], str]:
+    """Names for a trial build whose definitions are thrown away."""
+    counter = itertools.count()
+    return lambda: f"_trial{next(counter)}"
+
+
+def _wrap(c: _Contraction, gone: tuple[str, ...], body: Expr) -> Expr:
+    """``sum[v: 0..N - 1]`` around ``body`` for each variable of ``gone``, the first outermost."""
+    for v in reversed(gone):
+        body = Sum(v, (Affine.constant(0),), (c.extent[v] - 1,), body)
+    return body
+
+
+def _last_is(f: Expr, name: str) -> bool:
+    """Whether ``f`` is a read whose last (contiguous) index is exactly ``name``."""
+    return isinstance(f, Access) and bool(f.indices) and f.indices[-1] == Affine.var(name)
+
+
+def _goodness(operands: list[Expr], gone: tuple[str, ...], last: str | None) -> int:
+    """How well a contraction's loop nest reads memory, as the loop passes will run it.
+
+    2: a summed index is the contiguous index of every operand that reads it
+    (dot products: ``interchange`` and ``unroll-jam`` make them fast); 1: the
+    result's contiguous index is also that of every operand that reads it
+    (``reduce-in-place`` runs it innermost); 0: neither.
+    """
+    def contiguous(name: str) -> bool:
+        return all(_last_is(f, name) for f in operands if name in free_names(f))
+
+    if any(contiguous(g) for g in gone):
+        return 2
+    return 1 if last is not None and contiguous(last) else 0
+
+
+def _layout(factors: list[Expr], keep: frozenset[str], last: str | None = None) -> tuple[str, ...]:
+    """The index order of an intermediate over ``keep``, ending in ``last`` if given.
+
+    Otherwise an index read as the last (contiguous) index of some factor
+    comes last, one read second to last before it, and so on, so the
+    innermost loop walks the operands with unit stride; indices read only
+    through affine expressions or functions come first; ties keep the order
+    in which the indices are first written.
+    """
     seen: dict[str, None] = {}
     for f in factors:
-        seen.update(dict.fromkeys(free_names(f)))
-    return tuple(seen)
+        seen.update(dict.fromkeys(n for n in free_names(f) if n in keep))
+    distance = {n: len(seen) for n in seen}  # from the end of a factor's index list: 0 is contiguous
+    for f in factors:
+        if isinstance(f, Access):
+            for k, ix in enumerate(f.indices):
+                name = ix.names()[0] if len(ix.names()) == 1 and ix == Affine.var(ix.names()[0]) else None
+                if name in distance:
+                    distance[name] = min(distance[name], len(f.indices) - 1 - k)
+    first = {n: k for k, n in enumerate(seen)}
+    order = sorted(seen, key=lambda n: (-distance[n], first[n]))
+    if last is not None:
+        order = [n for n in order if n != last] + [last]
+    return tuple(order)
 
 
 def _volume(sizes: dict[int, int]) -> int:
