@@ -291,13 +291,13 @@ class _Rewriter:
             exprs = [e for _, e in ops]
             gone = tuple(n for n in c.out + c.summed if n in step.gone)
             if number == len(steps) - 1:
-                score += _goodness(exprs, gone, c.out[-1] if c.out else None)
+                score += _goodness(exprs, gone, c.out)
                 return defs, _wrap(c, gone, _product(exprs + c.scalars, c.negated)), score
             if not gone:  # an element-wise product: not stored, the next step reads it inline
                 operands[k + number] = ops
                 continue
             layout = _layout(exprs, step.keep, lasts.get(number))
-            score += _goodness(exprs, gone, layout[-1] if layout else None)
+            score += _goodness(exprs, gone, layout)
             name = namer()
             defs.append((name, layout, _wrap(c, gone, _product(exprs, False))))
             operands[k + number] = [(ops[0][0], Access(name, tuple(Affine.var(n) for n in layout)))]
@@ -396,20 +396,28 @@ def _last_is(f: Expr, name: str) -> bool:
     return isinstance(f, Access) and bool(f.indices) and f.indices[-1] == Affine.var(name)
 
 
-def _goodness(operands: list[Expr], gone: tuple[str, ...], last: str | None) -> int:
-    """How well a contraction's loop nest reads memory, as the loop passes will run it.
+def _goodness(operands: list[Expr], gone: tuple[str, ...], layout: tuple[str, ...]) -> int:
+    """How well a contraction of ``operands`` into a result indexed ``layout`` runs, as the later passes run it.
 
-    2: a summed index is the contiguous index of every operand that reads it
-    (dot products: ``interchange`` and ``unroll-jam`` make them fast); 1: the
-    result's contiguous index is also that of every operand that reads it
+    3: a matrix product ``P[a, z] * Q[z, b]`` into ``[a, b]``, which ``blas``
+    hands to BLAS as it is (no transposed copy); 2: a summed index is the
+    contiguous index of every operand that reads it (dot products:
+    ``interchange`` and ``unroll-jam`` make them fast); 1: the result's
+    contiguous index is also that of every operand that reads it
     (``reduce-in-place`` runs it innermost); 0: neither.
     """
     def contiguous(name: str) -> bool:
         return all(_last_is(f, name) for f in operands if name in free_names(f))
 
+    if len(gone) == 1 and len(layout) == 2 and len(operands) == 2 and all(isinstance(f, Access) for f in operands):
+        (a, b), z = layout, gone[0]
+        want = ((Affine.var(a), Affine.var(z)), (Affine.var(z), Affine.var(b)))
+        got = tuple(f.indices for f in operands)  # type: ignore[attr-defined]
+        if got in (want, want[::-1]):
+            return 3
     if any(contiguous(g) for g in gone):
         return 2
-    return 1 if last is not None and contiguous(last) else 0
+    return 1 if layout and contiguous(layout[-1]) else 0
 
 
 def _layout(factors: list[Expr], keep: frozenset[str], last: str | None = None) -> tuple[str, ...]:
