@@ -51,11 +51,11 @@ multiply-adds.
 becomes a new ``local`` definition ``<D>_ctr`` (fresh names as ``blas``
 makes them, placed right before ``D``); a step that sums over nothing (an
 element-wise product, which the dynamic program may schedule on its own) is
-not stored but read inline by the next step.  An intermediate's indices are
-the ones later steps still need, ordered by how close to contiguous its
-factors read them (:func:`_layout`): ``A[i, p, q] * C[q, l]`` gives
-``T_ctr[i, p, l]``, whose innermost loop walks ``C`` and ``T_ctr`` with unit
-stride (and which is one GEMM-shaped product).  The last step replaces the
+not stored but read inline by the next step.  Of the orders of least cost
+the one whose loops read memory best is kept, and each intermediate's
+indices are laid out to match (:meth:`_Rewriter.plan`, :func:`_goodness`):
+``A[i, p, q] * C[q, l]`` gives ``T_ctr[i, p, l]``, whose innermost loop walks
+``C`` and ``T_ctr`` with unit stride.  The last step replaces the
 sum in place.  The result is again a program of the language: it prints,
 parses back and runs in the interpreter.  ``blas``, which runs after this
 pass in the CPU pipeline, turns the two-index intermediates that are matrix

@@ -90,12 +90,22 @@ D[i, l] = sum[p, q](A[i, p] * B[p, q] * C[q, l])
         "D[i, l] = sum[p: 0..4](A[i, p] * D_ctr[p, l])\n")
 
 
+def test_ties_go_to_contiguous_loops():
+    # dA: summing dA_z0 first or dA_z1 first costs the same; dA_z1 is contiguous in dT and C (a dot
+    # product), and the intermediate puts dA_z0, summed next, last, so the second step is one too
+    text = str(tcc.transform(tcc.grad(T_SRC, "T", "A"), "infer-ranges,contract-order"))
+    assert text.endswith(
+        "dA_ctr[dA_0, dA_2, dA_z0] = sum[dA_z1: 0..n - 1](dT[dA_0, dA_z0, dA_z1] * C[dA_2, dA_z1])\n"
+        "dA[dA_0, dA_1, dA_2] = sum[dA_z0: 0..n - 1](dA_ctr[dA_0, dA_2, dA_z0] * B[dA_1, dA_z0])\n")
+
+
 def test_symbolic_chain_becomes_matmuls_after_blas():
     src = """input A[n, n], B[n, n], C[n, n], E[n, n]
 D[i, l] = sum[p, q, r](A[i, p] * B[p, q] * C[q, r] * E[r, l])
 """
     text = _order(src, "infer-ranges,contract-order,blas")
     assert text.count("matmul(") == 3 and "sum[" not in text
+    assert "_lhs" not in text and "_rhs" not in text  # every product in BLAS's orientation: no transposed copies
     assert_matches_interpreter(src, {"n": 7})
 
 
