@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 from opt_einsum.helpers import flop_count
 from opt_einsum.paths import DynamicProgramming
@@ -96,8 +96,8 @@ __all__ = ["ContractOrder", "contract_order_program", "DEFAULT_MIN_GAIN", "DEFAU
 DEFAULT_MIN_WORK = 32768
 #: how many times cheaper (FLOPs) the chosen order must be than the written one
 DEFAULT_MIN_GAIN = 2.0
-#: up to this many factors every input order of the dynamic program is tried (120 runs at 5)
-MAX_PERMUTED = 5
+#: up to this many factors every input order of the dynamic program is tried (24 runs at 4); beyond, 2k of them
+MAX_PERMUTED = 4
 #: at most this many layouts of the intermediates are compared for one order
 MAX_LAYOUTS = 256
 #: the extent assumed for a size name when costs are estimated at compile time
@@ -223,7 +223,8 @@ class _Rewriter:
 
         opt_einsum's dynamic program returns one optimal order; which one,
         among orders of equal cost, depends on the order of its inputs.  For
-        up to :data:`MAX_PERMUTED` factors every input order is tried, and of
+        up to :data:`MAX_PERMUTED` factors every input order is tried (for
+        more, :func:`_rotations`), and of
         the cheapest orders found the one whose loops read memory best
         (:func:`_goodness`) is kept -- the first found on a tie, so the
         choice is deterministic.
@@ -238,18 +239,19 @@ class _Rewriter:
         inputs = [frozenset(label[n] for n in fs) for fs in sets]
         output = frozenset(label[n] for n in c.out)
         k = len(inputs)
-        perms = itertools.permutations(range(k)) if k <= MAX_PERMUTED else iter([tuple(range(k)), tuple(reversed(range(k)))])
-        candidates: dict[tuple[tuple[int, ...], ...], int] = {}
+        written = flop_count(frozenset(order), True, k, sizes)
         optimizer = DynamicProgramming(minimize=self.minimize)
+        candidates: dict[tuple[tuple[int, ...], ...], int] = {}
+        # the written order first: most sums are not worth it, and one run of the dynamic program says so
+        perms = itertools.permutations(range(k)) if k <= MAX_PERMUTED else _rotations(k)
         for perm in perms:
             linear = optimizer([inputs[j] for j in perm], output, int_sizes)
             ssa = _to_ssa([tuple(step) for step in linear], list(perm), k)
             if ssa not in candidates:
                 candidates[ssa] = _cost(_steps(ssa, sets, c), sizes)
+            if len(candidates) == 1 and (candidates[ssa] * self.min_gain > written or candidates[ssa] >= written):
+                return None
         best_cost = min(candidates.values())
-        written = flop_count(frozenset(order), True, k, sizes)
-        if best_cost * self.min_gain > written or best_cost >= written:
-            return None
         best = [_steps(ssa, sets, c) for ssa, cost in candidates.items() if cost == best_cost]
         best = [steps for steps in best if len(steps) >= 2 and any(st.gone for st in steps[:-1])]
         if not best:
@@ -330,6 +332,13 @@ class _Step:
     terms: tuple[int, ...]      # factor numbers 0..k-1, then k + the number of an earlier step
     keep: frozenset[str]
     gone: frozenset[str]
+
+
+def _rotations(k: int) -> Iterator[tuple[int, ...]]:
+    """The written order of ``k`` factors, its reverse, and their rotations: 2k input orders, the written one first."""
+    for base in (list(range(k)), list(reversed(range(k)))):
+        for r in range(k):
+            yield tuple(base[r:] + base[:r])
 
 
 def _to_ssa(linear: list[tuple[int, ...]], ids: list[int], k: int) -> tuple[tuple[int, ...], ...]:
