@@ -11,10 +11,12 @@ default pipelines, which run the pass.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ from tcc.ir.expr import Sum, postorder
 from tcc.ir.verifier import verify
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compare import assert_matches_interpreter  # noqa: E402
+from compare import assert_matches_interpreter, random_inputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,6 +149,10 @@ ALONE = {
                            "T[i, l] = sum[p, q](A[i, p] * B[p, q] * sum[r](C[q, r] * E[r, l]))\n",
     "a sum inside a sum": "input A[n, n], B[n, n], C[n, n], x[n]\n"
                           "f = sum[i](x[i] * sum[p, q](A[i, p] * B[p, q] * C[q, i]))\n",
+    "a range not from 0": "input A[n, n], B[n, n], C[n, n]\n"
+                          "T[i, l] = sum[p: 0..n - 1, q: 1..n - 1](A[i, p] * B[p, q] * C[q, l])\n",
+    "a range that may be empty": "input A[n, n], B[n, n], C[n, n]\n"
+                                 "T[i, l] = sum[p: 0..n - 2, q: 0..n - 1](A[i, p] * B[p, q] * C[q, l])\n",
     "an unused summation variable": "input A[n, n], B[n, n], C[n, n]\n"
                                     "T[i, l] = sum[p, q, r: 0..n - 1](A[i, p] * B[p, q] * C[q, l])\n",
 }
@@ -244,8 +250,6 @@ def test_random_contractions_on_cuda_sim(case):
 
 def test_random_cases_are_rewritten_often():
     """Programs shaped as the generator's (4 indices, 3-5 factors, one free index) mostly gain an intermediate: the random tests exercise the rewrite."""
-    import random
-
     rng = random.Random(0)
     rewritten = 0
     for _ in range(40):
@@ -288,3 +292,15 @@ def test_issue_example_on_cuda_sim():
     assert "T_ctr" in str(tcc.transform(T_SRC, DEFAULT_GPU_PIPELINE))
     for n in (1, 4):
         assert_matches_interpreter(T_SRC, {"n": n}, "float32", target="cuda-sim")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_issue_example_with_threads_and_a_given_output(threads):
+    program = tcc.transform(T_SRC)
+    for n in (0, 7):
+        inputs = random_inputs(program, {"n": n})
+        want = tcc.run(T_SRC, inputs)["T"]
+        out = np.full((n, n, n), np.nan)
+        got = tcc.compile(T_SRC, threads=threads)(**inputs, T=out)
+        assert got["T"] is out and set(got) == {"T"}  # the intermediate is a local: not returned
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(want).max(initial=0))))
