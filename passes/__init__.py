@@ -34,6 +34,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "cse": "tcc.passes.cse:CSE",
     "inline-guards": "tcc.passes.inline_guards:InlineGuards",
     "blas": "tcc.passes.blas:Blas",
+    "contract-order": "tcc.passes.contract_order:ContractOrder",
     "lower-llvm": "tcc.backends.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.backends.llvm_opt:LLVMOpt",
     "emit-ptx": "tcc.backends.emit_ptx:EmitPTX",
