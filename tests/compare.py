@@ -38,14 +38,27 @@ def assert_matches_interpreter(program: Any, sizes: Mapping[str, int] | None = N
 
 
 def assert_results_close(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], dtype: str) -> None:
-    """The same definitions, each a NumPy array of ``want``'s shape and of ``dtype``, within
-    10 x RTOL[dtype] normwise relative error (the error over the largest magnitude)."""
+    """The same definitions, each a NumPy array of ``want``'s shape and of ``dtype``: NaN exactly
+    where the reference has NaN, the same infinity where it has one, and the finite entries within
+    10 x RTOL[dtype] normwise relative error (the error over the largest finite magnitude).
+
+    Programs may compute NaN or inf (``sqrt`` of a negative, ``1 / 0``, what the fuzzers build):
+    compiled code must agree with the interpreter there too, and one NaN must not turn the
+    error of the whole array into NaN."""
     assert set(got) == set(want)
     for name, ref in want.items():
         out = got[name]
         assert isinstance(out, np.ndarray), name
         assert out.shape == ref.shape, name
         assert out.dtype == np.dtype(dtype), name
-        scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-300)
-        err = float(np.max(np.abs(out.astype(np.float64) - ref))) / scale if ref.size else 0.0
-        assert err <= RTOL[dtype] * 10, f"{name}: relative error {err:.3e} ({dtype})"
+        out64 = out.astype(np.float64)
+        nan = np.isnan(ref)
+        assert np.array_equal(np.isnan(out64), nan), f"{name}: NaN at {np.argwhere(np.isnan(out64) != nan)[:5].tolist()} ({dtype})"
+        inf = np.isinf(ref)
+        assert np.array_equal(out64[inf], ref[inf]), f"{name}: infinities differ ({dtype})"
+        finite = ~(nan | inf)
+        assert np.isfinite(out64[finite]).all(), f"{name}: inf where the reference is finite ({dtype})"
+        if finite.any():
+            scale = max(float(np.max(np.abs(ref[finite]))), 1e-300)
+            err = float(np.max(np.abs(out64[finite] - ref[finite]))) / scale
+            assert err <= RTOL[dtype] * 10, f"{name}: relative error {err:.3e} ({dtype})"
