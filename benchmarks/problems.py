@@ -5,7 +5,8 @@
   loaded; each script loads them for its own device;
 * the problems: :func:`urban`, :func:`correlation` and :func:`conv2d` build a
   :class:`GradCase` (tcc program text, inputs, seed and the jax/torch
-  reference functions) for given sizes and the peers at hand;
+  reference functions, the inputs differentiated, the useful FLOPs of each
+  row) for given sizes and the peers at hand (``families.py`` builds more);
 * :func:`grad_case`, the three rows of such a case (forward,
   forward+backward, backward only), on the CPU or, through the device hooks
   of :class:`RunContext`, on a GPU;
