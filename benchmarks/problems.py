@@ -171,8 +171,8 @@ class RunContext:
         print(msg, file=sys.stderr, flush=True)
 
     def row(self, case: str, what: str, candidates: list[H.Candidate], reference: Any, tol: float = 1e-9,
-            note: str = "") -> H.Row:
-        row = H.Row(case, what, note=note)
+            note: str = "", flops: float | None = None) -> H.Row:
+        row = H.Row(case, what, note=note, flops=flops)
         H.run_row(row, candidates, reference, repeat=self.repeat, budget_s=self.budget_s, tol=tol,
                   min_time_s=self.min_time_s, quiet_below=self.quiet_below, primer=self.primer, log=self.log)
         self.rows.append(row)
@@ -294,8 +294,8 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             cands.append(unavailable("torch.compile", peers.torch_status if peers.torch is None else "n/a"))
     if gc.numpy_fwd is not None:
         cands.append(H.Candidate("numpy", lambda: {gc.of: gc.numpy_fwd(*arrays.values())}))
-    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]}, note=gc.notes.get("forward", "")).flops = \
-        gc.flops.get("forward")
+    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]}, note=gc.notes.get("forward", ""),
+            flops=gc.flops.get("forward"))
 
     # -- forward + backward ---------------------------------------------
     if recomputes:
@@ -371,7 +371,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             tbwd.append(unavailable("torch.compile", st))
     ctx.row(gc.case, FB, cands, ref_all,
             note="tcc: the gradient program, which recomputes " + gc.of if recomputes
-            else "tcc: forward program + gradient program").flops = gc.flops.get(FB)
+            else "tcc: forward program + gradient program", flops=gc.flops.get(FB))
 
     # -- backward only --------------------------------------------------
     if recomputes:
@@ -386,7 +386,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
     cands = [H.Candidate("tcc", tcc_b, check=False)]
     cands.append(jbwd if jbwd is not None else unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
     cands += tbwd
-    ctx.row(gc.case, BO, cands, {d: ref_grad[d] for d in dnames}, note=note).flops = gc.flops.get(BO)
+    ctx.row(gc.case, BO, cands, {d: ref_grad[d] for d in dnames}, note=note, flops=gc.flops.get(BO))
 
     ctx.breakdown(f"{gc.case}: forward", fwd, dev)
     ctx.breakdown(f"{gc.case}: gradients", grad, {**dev, seed_name: dseed})
