@@ -91,6 +91,14 @@ class Row:
     other_load: float | None = None         # cores kept busy by other processes while the row was timed
     windows: tuple[int, int] = (0, 0)       # quiet windows, all windows
     noisy: bool = False                     # some cell had to use samples from busy windows
+    flops: float | None = None              # useful floating-point operations of one call (contraction rows)
+
+    def gflops(self, fw: str = "tcc") -> float | None:
+        """``fw``'s rate on this row's useful FLOPs (GFLOP/s), where the row has a FLOP count."""
+        cell = self.cells.get(fw)
+        if self.flops is None or cell is None or not cell.median_ms:
+            return None
+        return self.flops / (cell.median_ms * 1e-3) / 1e9
 
     def ratio(self, fw: str) -> float | None:
         t, p = self.cells.get("tcc"), self.cells.get(fw)
@@ -435,10 +443,22 @@ def fmt_cell(row: Row, fw: str) -> str:
     return text + (f" ({r:.2f}x)" if r is not None else "")
 
 
-def table(rows: Sequence[Row], frameworks: Sequence[str] = FRAMEWORKS) -> str:
+def fmt_gflops(row: Row, peak_gflops: float | None) -> str:
+    """tcc's GFLOP/s on ``row`` and, in parentheses, its fraction of ``peak_gflops``; "—" without a FLOP count."""
+    rate = row.gflops("tcc")
+    if rate is None:
+        return "—"
+    return f"{rate:.1f}" + (f" ({100 * rate / peak_gflops:.0f} %)" if peak_gflops else "")
+
+
+def table(rows: Sequence[Row], frameworks: Sequence[str] = FRAMEWORKS, peak_gflops: float | None = None) -> str:
+    """The markdown table of ``rows``; a "tcc GFLOP/s" column (with the fraction of ``peak_gflops``) when
+    some row has a FLOP count."""
     used = [fw for fw in frameworks if any(fw in r.cells and r.cells[fw].status != "n/a" for r in rows)]
-    out = ["| case | measurement | " + " | ".join(used) + " | busy elsewhere |",
-           "|---|---|" + "---:|" * len(used) + "---:|"]
+    rate = any(r.flops is not None for r in rows)
+    head = " | tcc GFLOP/s (of peak)" if rate else ""
+    out = ["| case | measurement | " + " | ".join(used) + head + " | busy elsewhere |",
+           "|---|---|" + "---:|" * (len(used) + rate) + "---:|"]
     for r in rows:
         what = r.what + (f" ({r.note})" if r.note else "")
         load = "?" if r.other_load is None else f"{r.other_load:.2f}"
@@ -446,7 +466,8 @@ def table(rows: Sequence[Row], frameworks: Sequence[str] = FRAMEWORKS) -> str:
             load += f" ({r.windows[0]}/{r.windows[1]} quiet)"
         if r.noisy:
             load += " **noisy**"
-        out.append(f"| {r.case} | {what} | " + " | ".join(fmt_cell(r, fw) for fw in used) + f" | {load} |")
+        cells = [fmt_cell(r, fw) for fw in used] + ([fmt_gflops(r, peak_gflops)] if rate else [])
+        out.append(f"| {r.case} | {what} | " + " | ".join(cells) + f" | {load} |")
     return "\n".join(out)
 
 
@@ -485,7 +506,8 @@ def compile_time_table(compile_times: Sequence[tuple[str, float]]) -> list[str]:
 # the command line of run.py and gpu.py
 # --------------------------------------------------------------------------
 def add_options(ap: argparse.ArgumentParser, cases: Sequence[str], *, quick_help: str, repeat_help: str,
-                budget_help: str, quiet_below: float, quiet_help: str) -> None:
+                budget_help: str, quiet_below: float | None, quiet_help: str,
+                groups: Mapping[str, Sequence[str]] | None = None) -> None:
     """The options both scripts take, in this order: --quick, --repeat, --min-time, --budget, --quiet-below,
     --no-primer, --case (the help texts that differ between them are arguments)."""
     ap.add_argument("--quick", action="store_true", help=quick_help)
@@ -496,7 +518,8 @@ def add_options(ap: argparse.ArgumentParser, cases: Sequence[str], *, quick_help
     ap.add_argument("--quiet-below", type=float, default=quiet_below, metavar="CORES", help=quiet_help)
     ap.add_argument("--no-primer", action="store_true",
                     help="do not precede every timed call by an untimed call of the same candidate")
-    ap.add_argument("--case", default=",".join(cases), help=f"comma-separated subset of {', '.join(cases)}")
+    names = "".join(f"; {g} = {', '.join(members)}" for g, members in (groups or {}).items())
+    ap.add_argument("--case", default=",".join(cases), help=f"comma-separated subset of {', '.join(cases)}{names}")
 
 
 def chosen_cases(ap: argparse.ArgumentParser, args: argparse.Namespace, cases: Sequence[str]) -> list[str]:

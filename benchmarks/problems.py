@@ -5,7 +5,8 @@
   loaded; each script loads them for its own device;
 * the problems: :func:`urban`, :func:`correlation` and :func:`conv2d` build a
   :class:`GradCase` (tcc program text, inputs, seed and the jax/torch
-  reference functions) for given sizes and the peers at hand;
+  reference functions, the inputs differentiated, the useful FLOPs of each
+  row) for given sizes and the peers at hand (``families.py`` builds more);
 * :func:`grad_case`, the three rows of such a case (forward,
   forward+backward, backward only), on the CPU or, through the device hooks
   of :class:`RunContext`, on a GPU;
@@ -170,8 +171,8 @@ class RunContext:
         print(msg, file=sys.stderr, flush=True)
 
     def row(self, case: str, what: str, candidates: list[H.Candidate], reference: Any, tol: float = 1e-9,
-            note: str = "") -> H.Row:
-        row = H.Row(case, what, note=note)
+            note: str = "", flops: float | None = None) -> H.Row:
+        row = H.Row(case, what, note=note, flops=flops)
         H.run_row(row, candidates, reference, repeat=self.repeat, budget_s=self.budget_s, tol=tol,
                   min_time_s=self.min_time_s, quiet_below=self.quiet_below, primer=self.primer, log=self.log)
         self.rows.append(row)
@@ -202,21 +203,38 @@ class GradCase:
     case: str
     src: str                                  # the tcc forward program
     of: str
-    inputs: dict[str, np.ndarray]             # all of them are differentiated, in this order
+    inputs: dict[str, np.ndarray]             # in the order f_jax and f_torch take them
     seed: np.ndarray                          # d<of>
     f_jax: Callable[..., Any] | None
     f_torch: Callable[..., Any] | None
     numpy_fwd: Callable[..., np.ndarray] | None = None
     torch_compile: bool = False
     notes: dict[str, str] = field(default_factory=dict)
+    wrt: list[str] | None = None              # the inputs differentiated (default: all); the others are constants
+    flops: dict[str, float] = field(default_factory=dict)   # useful FLOPs per row ("forward", FB, BO)
 
 
 def grad_case(ctx: RunContext, gc: GradCase) -> None:
-    """Three rows: forward, forward+backward, backward only; tcc's arrays placed by ``ctx.put``."""
+    """Three rows: forward, forward+backward, backward only; tcc's arrays placed by ``ctx.put``.
+
+    The gradients are those of ``gc.wrt`` (all inputs by default); every
+    peer differentiates only those too (jax: ``jax.vjp`` of the function of
+    those arguments; torch: only they require grad).
+    """
     import tcc
 
     peers = ctx.peers
-    names = list(gc.inputs)
+    everything = list(gc.inputs)
+    names = list(gc.wrt) if gc.wrt is not None else everything
+    at = [everything.index(n) for n in names]   # positions of the differentiated arguments
+
+    def merged(xs: list[Any], ws: tuple[Any, ...]) -> list[Any]:
+        """All arguments: ``xs`` with the differentiated ones replaced by ``ws``."""
+        full = list(xs)
+        for i, w in zip(at, ws):
+            full[i] = w
+        return full
+
     dnames = ["d" + n for n in names]
     arrays = gc.inputs
     seed_name = "d" + gc.of
@@ -252,7 +270,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
     if peers.torch is not None and gc.f_torch is not None:
         torch = peers.torch
         targs = [peers.torch_put(v) for v in arrays.values()]
-        tleaves = [peers.torch_leaf(v) for v in arrays.values()]
+        tleaves = [peers.torch_leaf(v) if k in names else peers.torch_put(v) for k, v in arrays.items()]
         tseed = peers.torch_put(gc.seed)
 
         def torch_fwd(f: Callable[..., Any]) -> Callable[[], dict]:
@@ -276,7 +294,8 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             cands.append(unavailable("torch.compile", peers.torch_status if peers.torch is None else "n/a"))
     if gc.numpy_fwd is not None:
         cands.append(H.Candidate("numpy", lambda: {gc.of: gc.numpy_fwd(*arrays.values())}))
-    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]}, note=gc.notes.get("forward", ""))
+    ctx.row(gc.case, "forward", cands, {gc.of: ref_f[gc.of]}, note=gc.notes.get("forward", ""),
+            flops=gc.flops.get("forward"))
 
     # -- forward + backward ---------------------------------------------
     if recomputes:
@@ -295,14 +314,15 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
 
         def vjp_all(*args: Any) -> dict:
             *xs, g = args
-            y, pullback = jax.vjp(gc.f_jax, *xs)
+            y, pullback = jax.vjp(lambda *ws: gc.f_jax(*merged(xs, ws)), *[xs[i] for i in at])
             return {gc.of: y, **dict(zip(dnames, pullback(g)))}
 
         jfb = jax.jit(vjp_all)
         cands.append(H.Candidate("jax.jit", lambda: jax_ready(jfb(*jargs, jseed))))
         # backward only: the pullback of a jitted forward, itself jitted; its residuals are arguments
         try:
-            _, pullback = jax.vjp(jax.jit(gc.f_jax), *jargs)
+            jf_all = jax.jit(gc.f_jax)
+            _, pullback = jax.vjp(lambda *ws: jf_all(*merged(jargs, ws)), *[jargs[i] for i in at])
             jpb = jax.jit(lambda pb, g: pb(g))
             jbwd = H.Candidate("jax.jit", lambda: dict(zip(dnames, jax_ready(jpb(pullback, jseed)))))
         except Exception as exc:  # noqa: BLE001
@@ -317,7 +337,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
         def autograd_fb(f: Callable[..., Any]) -> Callable[[], dict]:
             def run() -> dict:
                 y = f(*tleaves)
-                gs = torch.autograd.grad(y, tleaves, tseed)
+                gs = torch.autograd.grad(y, [tleaves[i] for i in at], tseed)
                 peers.torch_sync()
                 return {gc.of: y, **dict(zip(dnames, gs))}
             return run
@@ -328,7 +348,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             def run() -> dict:
                 if "y" not in kept:                 # the forward (graph and residuals) once, on the first call
                     kept["y"] = f(*tleaves)
-                gs = torch.autograd.grad(kept["y"], tleaves, tseed, retain_graph=True)
+                gs = torch.autograd.grad(kept["y"], [tleaves[i] for i in at], tseed, retain_graph=True)
                 peers.torch_sync()
                 return dict(zip(dnames, gs))
             return run
@@ -351,7 +371,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             tbwd.append(unavailable("torch.compile", st))
     ctx.row(gc.case, FB, cands, ref_all,
             note="tcc: the gradient program, which recomputes " + gc.of if recomputes
-            else "tcc: forward program + gradient program")
+            else "tcc: forward program + gradient program", flops=gc.flops.get(FB))
 
     # -- backward only --------------------------------------------------
     if recomputes:
@@ -366,7 +386,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
     cands = [H.Candidate("tcc", tcc_b, check=False)]
     cands.append(jbwd if jbwd is not None else unavailable("jax.jit", peers.jax_status if peers.jax is None else "n/a"))
     cands += tbwd
-    ctx.row(gc.case, BO, cands, {d: ref_grad[d] for d in dnames}, note=note)
+    ctx.row(gc.case, BO, cands, {d: ref_grad[d] for d in dnames}, note=note, flops=gc.flops.get(BO))
 
     ctx.breakdown(f"{gc.case}: forward", fwd, dev)
     ctx.breakdown(f"{gc.case}: gradients", grad, {**dev, seed_name: dseed})
@@ -443,26 +463,29 @@ def correlation(n: int, k: int, peers: Peers, **kw: Any) -> GradCase:
                     f_jax, f_torch, **kw)
 
 
-def conv2d(B: int, C: int, O: int, S: int, R: int, peers: Peers, **kw: Any) -> GradCase:
-    """NCHW convolution with stride 2: batch B, C -> O channels, SxS images, RxR kernels."""
-    So = (S - R) // 2 + 1
+def conv2d(B: int, C: int, O: int, S: int, R: int, peers: Peers, stride: int = 2, case: str = "conv2d",
+           **kw: Any) -> GradCase:
+    """NCHW convolution, valid, with stride ``stride``: batch B, C -> O channels, SxS images, RxR kernels."""
+    So = (S - R) // stride + 1
     rng = np.random.default_rng(3)
     inputs = {"x": rng.standard_normal((B, C, S, S)), "w": rng.standard_normal((O, C, R, R))}
+    at = "" if stride == 1 else f"{stride}*"
     src = (
         f"input x[{B}, {C}, {S}, {S}], w[{O}, {C}, {R}, {R}]\n"
-        "y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])\n"
+        f"y[b, o, i, j] = sum[c, p, q](x[b, c, {at}i + p, {at}j + q] * w[o, c, p, q])\n"
     )
     f_jax = f_torch = None
     if peers.jax is not None:
         lax = peers.lax
 
         def f_jax(x, w):
-            return lax.conv_general_dilated(x, w, (2, 2), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            return lax.conv_general_dilated(x, w, (stride, stride), "VALID",
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
 
     if peers.torch is not None:
         F = peers.torch.nn.functional
 
         def f_torch(x, w):
-            return F.conv2d(x, w, stride=2)
+            return F.conv2d(x, w, stride=stride)
 
-    return GradCase("conv2d", src, "y", inputs, rng.standard_normal((B, O, So, So)), f_jax, f_torch, **kw)
+    return GradCase(case, src, "y", inputs, rng.standard_normal((B, O, So, So)), f_jax, f_torch, **kw)

@@ -17,6 +17,27 @@ Cases (``--case``; default all):
 * ``compile``     -- parse + grad + compile of ``examples/urban.tcc`` with all
                      four gradients from cold caches (median, per-stage split).
 
+The workload families of issue 13 (``--case families`` runs all six), each
+forward, forward + all gradients and backward only, with NumPy's forward
+where it has one (``benchmarks/families.py``):
+
+* ``dense``       -- ``Y[a, c] = tanh(sum[k](X[a, k] * W[c, k]) + b[c])``,
+                     512x1024x1024, gradients for X, W, b.
+* ``attention``   -- batched scores ``0.125 * Q K^T`` and their softmax over
+                     the last axis, 8x256x256x64, gradients for Q, K.
+* ``conv2d-s1``   -- NCHW convolution with stride 1, batch 8, 32 -> 32
+                     channels, 34x34 images, 3x3 kernels: gradients for x, w.
+* ``contract3``   -- ``T[i, j, l] = sum[p, q](A[i, p, q] * B[p, j] * C[q, l])``,
+                     every extent 48, gradients for A, B, C.
+* ``quadform``    -- ``f = x^T A x``, n = 2000, value and gradient for x.
+* ``layernorm``   -- layer normalisation of 512x1024 over the last axis with
+                     gain and bias, gradients for X, g, b.
+
+Before the first family the run measures the machine's matmul peak (NumPy,
+float64, 2048x2048, median of 7); the table gets a column with tcc's GFLOP/s
+on each contraction row (useful FLOPs, see ``families.py``, over its median)
+and its fraction of that peak.
+
 Everything is float64 unless said otherwise (JAX runs with
 ``jax_enable_x64``).  Every peer's results are compared with tcc's before it
 is timed (norm-wise relative error <= 1e-9 in float64, 1e-5 in float32): a
@@ -46,16 +67,19 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import families as FAM  # noqa: E402
 import harness as H  # noqa: E402
 import problems as P  # noqa: E402
 from problems import Peers, grad_case, jax_ready, unavailable  # noqa: E402
 
-CASES = ("urban", "correlation", "conv2d", "logistic", "compile")
+CASES = ("urban", "correlation", "conv2d", "logistic", "compile") + FAM.FAMILIES
+GROUPS = {"families": FAM.FAMILIES}     # --case names that stand for several cases
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- results:begin (benchmarks/run.py --write) -->", "<!-- results:end -->"
 
 GOAL_LOGISTIC = 1.5         # tcc at least this many times faster than NumPy
 GOAL_COMPILE_S = 1.0        # parse + grad + compile of the seed example
+GOAL_PEAK = 0.8             # dense contractions: tcc's GFLOP/s at least this fraction of NumPy's matmul peak
 
 
 # --------------------------------------------------------------------------
@@ -133,6 +157,34 @@ def case_correlation(ctx: Ctx) -> None:
 def case_conv2d(ctx: Ctx) -> None:
     B, C, O, S, R = (2, 16, 32, 64, 3) if ctx.quick else (8, 16, 32, 64, 3)
     grad_case(ctx, P.conv2d(B, C, O, S, R, ctx.peers))
+
+
+# --------------------------------------------------------------------------
+# the workload families of issue 13 (families.py)
+# --------------------------------------------------------------------------
+def family_case(name: str) -> Any:
+    """The case function of the family ``name``: measures the matmul peak first if no case has yet."""
+    def run(ctx: Ctx) -> None:
+        if "peak" not in ctx.extra:
+            n, repeat = (1024, 3) if ctx.quick else (2048, 7)
+            ctx.extra["peak"] = (n, repeat, FAM.matmul_peak(n, repeat))
+            ctx.log(f"  matmul peak: numpy float64 {n}x{n}, median of {repeat}: {ctx.extra['peak'][2]:.1f} GFLOP/s")
+        quick, peers = ctx.quick, ctx.peers
+        if name == "dense":
+            gc = FAM.dense(*((128, 256, 256) if quick else (512, 1024, 1024)), peers)
+        elif name == "attention":
+            gc = FAM.attention(*((2, 64, 64, 32) if quick else (8, 256, 256, 64)), peers)
+        elif name == "conv2d-s1":
+            sizes = (2, 8, 8, 18, 3) if quick else (8, 32, 32, 34, 3)
+            gc = P.conv2d(*sizes, peers, stride=1, case=name, flops=FAM.conv2d_flops(*sizes, stride=1))
+        elif name == "contract3":
+            gc = FAM.contract3(24 if quick else 48, peers)
+        elif name == "quadform":
+            gc = FAM.quadform(500 if quick else 2000, peers)
+        else:
+            gc = FAM.layernorm(*((128, 256) if quick else (512, 1024)), peers)
+        grad_case(ctx, gc)
+    return run
 
 
 # --------------------------------------------------------------------------
@@ -298,6 +350,7 @@ def goals(ctx: Ctx) -> list[str]:
                    else f"**not met**: tcc takes {1 / ratio:.2f}x jax's time")
             lines.append(f"| {goal} | {ratio:.2f}x ({H.fmt_ms(r.cells['tcc'].median_ms)} vs "
                          f"{H.fmt_ms(r.cells['jax.jit'].median_ms)} ms) | {how} |")
+    lines += family_goals(ctx, by)
     comp = ctx.extra.get("compile")
     if comp:
         m = comp["median"]
@@ -305,6 +358,35 @@ def goals(ctx: Ctx) -> list[str]:
                else f"**not met**: {m / GOAL_COMPILE_S:.2f}x over")
         lines.append(f"| seed example parse + grad + compile (4 gradients) < {GOAL_COMPILE_S:g} s | "
                      f"{m * 1e3:.0f} ms | {how} |")
+    return lines
+
+
+def family_goals(ctx: Ctx, by: dict[tuple[str, str], H.Row]) -> list[str]:
+    """Issue 13's verdicts: each family's forward+gradients at least as fast as the faster of jax.jit and
+    torch; the dense contractions' forward+gradients at >= GOAL_PEAK of the measured matmul peak."""
+    lines = []
+    peak = ctx.extra.get("peak")
+    for case in FAM.FAMILIES:
+        r = by.get((case, P.FB))
+        if r is None:
+            continue
+        peers = [(fw, r.cells[fw].median_ms) for fw in ("jax.jit", "torch")
+                 if fw in r.cells and r.cells[fw].median_ms is not None]
+        goal = f"{case} forward+gradients: tcc at least as fast as the faster of jax.jit and torch"
+        if not peers or r.cells["tcc"].median_ms is None:
+            lines.append(f"| {goal} | no measurement | — |")
+        else:
+            fw, ms = min(peers, key=lambda p: p[1])
+            ratio = ms / r.cells["tcc"].median_ms
+            how = (f"met (tcc {ratio:.2f}x faster)" if ratio >= 1
+                   else f"**not met**: tcc takes {1 / ratio:.2f}x {fw}'s time")
+            lines.append(f"| {goal} | tcc {H.fmt_ms(r.cells['tcc'].median_ms)} ms, {fw} {H.fmt_ms(ms)} ms | {how} |")
+        rate = r.gflops("tcc")
+        if case in FAM.DENSE_FAMILIES and rate is not None and peak:
+            frac = rate / peak[2]
+            how = "met" if frac >= GOAL_PEAK else f"**not met**: needs {GOAL_PEAK / frac:.1f}x more"
+            lines.append(f"| {case} forward+gradients: tcc >= {GOAL_PEAK:.0%} of the matmul peak | "
+                         f"{rate:.1f} GFLOP/s, {frac:.0%} of {peak[2]:.0f} | {how} |")
     return lines
 
 
@@ -335,13 +417,20 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
         out.append(f"- tcc pipeline: `{args.passes}` (--passes), then lower-llvm, llvm-opt at O3")
     else:
         out.append(f"- tcc pipeline: the default (`{DEFAULT_LOOP_PIPELINE}`, then lower-llvm, llvm-opt at O3)")
+    peak = ctx.extra.get("peak")
+    if peak:
+        out.append(f"- matmul peak: NumPy float64 {peak[0]}x{peak[0]} @ {peak[0]}x{peak[0]}, median of {peak[1]}: "
+                   f"**{peak[2]:.1f} GFLOP/s** (measured before the first workload family)")
     out.append("")
     if ctx.rows:
         out.append("Median wall time in ms; in parentheses peer time / tcc time (> 1: tcc is faster). "
                    "\"busy elsewhere\": cores kept busy by other processes while the row was timed "
-                   "(machine-wide CPU time minus this process's, per second of wall time).")
+                   "(machine-wide CPU time minus this process's, per second of wall time)."
+                   + (" \"tcc GFLOP/s\": the row's useful FLOPs (its contractions, each once, in the cheapest "
+                      "pairwise order; element-wise work not counted) over tcc's median, and in parentheses "
+                      "the fraction of the matmul peak." if peak else ""))
         out.append("")
-        out.append(H.table(ctx.rows))
+        out.append(H.table(ctx.rows, peak_gflops=peak[2] if peak else None))
         out.append("")
     comp = ctx.extra.get("compile")
     if comp:
@@ -388,21 +477,26 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="tcc against JAX, PyTorch and NumPy (see the module docstring).")
-    H.add_options(ap, CASES, quick_help="smaller sizes and fewer rounds: a ~30 s smoke run",
+    H.add_options(ap, CASES, quick_help="smaller sizes and fewer rounds, every sample kept: a smoke run (about a minute for all cases)",
                   repeat_help="at least this many timed calls per framework and row (default 10, --quick 3); "
                               "fast calls are repeated for at least --min-time",
                   budget_help="seconds of calls (timed and untimed) per framework and row after which a slow one "
                               "stops at 3 samples (default 10, --quick 1)",
-                  quiet_below=0.25,
+                  quiet_below=None,
                   quiet_help="set aside samples taken while other processes kept more than CORES cores busy, "
-                             "and run more rounds instead (default 0.25; a negative value keeps every sample)")
+                             "and run more rounds instead (default 0.25; --quick: -1; a negative value keeps "
+                             "every sample)", groups=GROUPS)
     ap.add_argument("--passes", default=None,
                     help="the L1/L2 pipeline tcc.compile runs for every tcc program (default: tcc's default)")
     ap.add_argument("--loops", action="store_true", help="also print the L2 loop nests of every tcc program")
     ap.add_argument("--write", action="store_true", help=f"record the results in {DOC.relative_to(ROOT)}")
     args = ap.parse_args(argv)
+    named = [c.strip() for c in args.case.split(",") if c.strip()]
+    args.case = ",".join(dict.fromkeys(n for c in named for n in GROUPS.get(c, (c,))))
     cases = H.chosen_cases(ap, args, CASES)
     H.timing_defaults(ap, args)
+    if args.quiet_below is None:        # a quick run is a smoke test: no extra rounds on a busy machine
+        args.quiet_below = -1.0 if args.quick else 0.25
     if args.write and (args.quick or args.passes or set(cases) != set(CASES)):
         ap.error("--write records only a full run (no --quick, no --passes, all cases)")
 
@@ -415,8 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     meter.start()
     t0 = time.perf_counter()
     for case in cases:
-        {"urban": case_urban, "correlation": case_correlation, "conv2d": case_conv2d,
-         "logistic": case_logistic, "compile": case_compile}[case](ctx)
+        runners = {"urban": case_urban, "correlation": case_correlation, "conv2d": case_conv2d,
+                   "logistic": case_logistic, "compile": case_compile}
+        runners.get(case, family_case(case))(ctx)
     wall = time.perf_counter() - t0
     ctx.extra["other_load"] = meter.stop()
     text = report(ctx, args, wall)
