@@ -1,4 +1,4 @@
-"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V).
+"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V; issue 13).
 
 A definition
 
@@ -43,8 +43,30 @@ does it an order of magnitude faster than tcc's own loops.
   ``p * q * r < min-work`` (default 32768) the definition stays.  Symbolic
   extents count as large.
 
-New definitions are named ``<D>_lhs`` / ``<D>_rhs`` (made fresh), are
-``local``, and are placed right before ``D``; the sum's variable becomes the
+**The epilogue split.**  A definition that is not such a product as a
+whole but wraps contractions in element-wise work -- the dense layer
+``Y[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])``, ``2 * sum[z](...) -
+D[a, b]``, a sum or product of several contractions -- is split: each
+``sum`` whose free indices are exactly two of ``D``'s (any ``D`` of two or
+more indices) and which the rules above accept as the body of a definition
+``D_mm[x, y]`` (``x``, ``y`` in ``D``'s order, ``D``'s extents for them,
+``min-work`` included) becomes that definition and its ``matmul``, and ``D``
+reads ``D_mm[x, y]`` in its place:
+
+    Y_mm_rhs[z, c] = W[c, z]
+    Y_mm[a, c] = matmul(X, Y_mm_rhs)[a, c]
+    Y[a, c] = tanh(Y_mm[a, c] + b[c])          # the epilogue: element-wise
+
+Sums are tried outermost first; one that does not match is searched for
+matching sums inside it, and a sum inside one that binds an index of ``D``
+is left alone.  The same contraction written twice is one node and one
+product.  The epilogue is an ordinary element-wise definition for the loop
+passes (``fuse`` merges it with its neighbours, ``parallel`` marks it); it
+costs one extra write and read of ``D_mm``, small beside the
+``p * q * r`` multiply-adds that ``min-work`` asks for.
+
+New definitions are named ``<D>_lhs`` / ``<D>_rhs`` / ``<D>_mm`` (made
+fresh), are ``local``, and are placed right before ``D``; the sum's variable becomes the
 inner index of both.  The rewritten program is again a program of the
 language: it prints, parses back and runs in the interpreter.
 
@@ -64,8 +86,10 @@ from tcc.ir.expr import (
     MatrixFn,
     Sum,
     Unary,
+    bound_vars,
     free_names,
     fresh_name,
+    transform,
 )
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import program_facts
@@ -150,13 +174,55 @@ class _Rewriter:
         return acc.tensor if ext is not None and tuple(ext) == extents else None
 
     def rewrite(self, d: Definition) -> list[Definition]:
-        """``[d]`` unchanged, or the new side definitions followed by ``d = matmul(...)``."""
-        if len(d.indices) != 2 or d.extents is None or isinstance(d.body, MatrixFn):
+        """``[d]`` unchanged, or the new definitions followed by ``d`` as a ``matmul`` or an epilogue."""
+        if d.extents is None or isinstance(d.body, MatrixFn):
             return [d]
-        try:
-            return self.match(d)
-        except _NoMatch:
+        if len(d.indices) == 2:
+            try:
+                return self.match(d)
+            except _NoMatch:
+                pass
+        return self.split(d)
+
+    def split(self, d: Definition) -> list[Definition]:
+        """The epilogue split: each matchable contraction inside ``d``'s body becomes a definition of its own.
+
+        A contraction is a ``sum`` whose free indices are two of ``d``'s;
+        it is tried outermost first (a sum that does not match is searched
+        for matching sums inside it).  Each one that :meth:`match` accepts as
+        the body of ``<D>_mm[x, y]`` (``x``, ``y`` in ``d``'s order, with
+        ``d``'s extents) becomes that definition -- and its ``matmul`` --
+        and ``d`` reads ``<D>_mm[x, y]`` in its place.
+        """
+        assert d.extents is not None
+        extent = dict(zip(d.indices, d.extents))
+        out: list[Definition] = []
+        mapping: dict[Expr, Expr] = {}
+        stack = [d.body]
+        seen: set[int] = set()
+        while stack:
+            e = stack.pop()
+            if id(e) in seen or e in mapping:
+                continue
+            seen.add(id(e))
+            if set(bound_vars(e)) & set(d.indices):
+                continue  # a sum that shadows an index of d: its inside reads another variable
+            names = [x for x in d.indices if x in set(free_names(e))]
+            if isinstance(e, Sum) and len(names) == 2 and not set(free_names(e)) - self.sizes - set(names):
+                name = fresh_name(f"{d.name}_mm", self.taken)
+                try:
+                    new = self.match(Definition(name, tuple(names), e, tuple(extent[x] for x in names), d.loc))
+                except _NoMatch:
+                    pass
+                else:
+                    self.taken.add(name)
+                    out.extend(new)
+                    mapping[e] = Access(name, tuple(Affine.var(x) for x in names))
+                    continue
+            stack.extend(reversed(e.children()))
+        if not mapping:
             return [d]
+        return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
 
     def match(self, d: Definition) -> list[Definition]:
         a, b = d.indices
@@ -236,7 +302,8 @@ class Blas(Pass):
 
     name = "blas"
     level = Level.INDEX
-    summary = "contractions D[a, b] = sum[z](left[a, z] * right[z, b]) become D = matmul(L, R), run by BLAS"
+    summary = ("contractions D[a, b] = sum[z](left[a, z] * right[z, b]), alone or inside element-wise work, "
+               "become matmul(L, R) definitions, run by BLAS")
 
     # p * q * r below which a product with constant extents keeps its loops
     min_work: int = DEFAULT_MIN_WORK

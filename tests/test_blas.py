@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import tcc
 from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
@@ -199,6 +201,42 @@ REWRITES = {
         "input A[n, k], B[k, m], W[k, p]\nC[i, j] = sum[z](A[i, z] * B[z, j] * sum[t](W[z, t]))\n",
         ["C_lhs[i, z] = A[i, z] * sum[t: 0..p - 1](W[z, t])", "C[i, j] = matmul(C_lhs, B)[i, j]"],
     ),
+    # the epilogue split: contractions inside element-wise work become definitions of their own
+    "epilogue: the dense layer": (
+        "input X[n, k], W[m, k], b[m]\nY[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])\n",
+        ["local Y_mm_rhs[k, m], Y_mm[n, m]", "Y_mm_rhs[z, c] = W[c, z]", "Y_mm[a, c] = matmul(X, Y_mm_rhs)[a, c]",
+         "Y[a, c] = tanh(Y_mm[a, c] + b[c])"],
+    ),
+    "epilogue: a scaled contraction minus a tensor": (
+        "input A[n, k], B[k, m], D[n, m]\nC[i, j] = 2 * sum[z](A[i, z] * B[z, j]) - D[i, j]\n",
+        ["C_mm[i, j] = matmul(A, B)[i, j]", "C[i, j] = 2 * C_mm[i, j] - D[i, j]"],
+    ),
+    "epilogue: a contraction plus a constant": (
+        "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) + 1\n",
+        ["C_mm[i, j] = matmul(A, B)[i, j]", "C[i, j] = C_mm[i, j] + 1"],
+    ),
+    "epilogue: a sum of two contractions": (
+        "input A[n, k], B[k, m], E[n, p], F[p, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) + sum[t](exp(E[i, t]) * F[t, j])\n",
+        ["C_mm[i, j] = matmul(A, B)[i, j]", "C_mm2_lhs[i, t] = exp(E[i, t])", "C_mm2[i, j] = matmul(C_mm2_lhs, F)[i, j]",
+         "C[i, j] = C_mm[i, j] + C_mm2[i, j]"],
+    ),
+    "epilogue: two sums over different variables": (
+        "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) * sum[t](A[i, t] * B[t, j])\n",
+        ["C_mm[i, j] = matmul(A, B)[i, j]", "C_mm2[i, j] = matmul(A, B)[i, j]", "C[i, j] = C_mm[i, j] * C_mm2[i, j]"],
+    ),
+    "epilogue: the same contraction twice is one product": (
+        "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) * sum[z](A[i, z] * B[z, j])\n",
+        ["local C_mm[n, m]", "C_mm[i, j] = matmul(A, B)[i, j]", "C[i, j] = C_mm[i, j] * C_mm[i, j]"],
+    ),
+    "epilogue: a contraction on two of three indices": (
+        "input A[n, k], B[k, m], v[p]\nC[i, j, l] = sum[z](A[l, z] * B[z, i]) * v[j]\n",
+        ["C_mm_lhs[i, z] = B[z, i]", "C_mm_rhs[z, l] = A[l, z]", "C_mm[i, l] = matmul(C_mm_lhs, C_mm_rhs)[i, l]",
+         "C[i, j, l] = C_mm[i, l] * v[j]"],
+    ),
+    "epilogue: a contraction inside a sum that does not match": (
+        "input A[n, k], B[k, m]\nC[i, j] = sum[t](exp(sum[z](A[i, z] * B[z, j])) * A[i, t])\n",
+        ["C_mm[i, j] = matmul(A, B)[i, j]", "C[i, j] = sum[t: 0..k - 1](exp(C_mm[i, j]) * A[i, t])"],
+    ),
 }
 
 
@@ -223,6 +261,78 @@ def test_rewrites(name):
         assert_matches_interpreter(p, {"n": 1, "k": 1, "m": 1, "p": 1}, dtype)
 
 
+# ---------------------------------------------------------------------------
+# the epilogue split on generated programs: compiled against the interpreter
+# ---------------------------------------------------------------------------
+
+_HEAD = "input X[n, k], XT[k, n], W[k, m], WT[m, k], u[k], b[m], v[n], D[n, m]\n"
+_LEFT = ("X[a, {z}]", "XT[{z}, a]", "exp(X[a, {z}])", "X[a, {z}] * u[{z}]", "-XT[{z}, a]")
+_RIGHT = ("W[{z}, c]", "WT[c, {z}]", "u[{z}] * W[{z}, c]", "sin(WT[c, {z}])")
+_EPILOGUES = (
+    "tanh({0} + b[c])", "2 * {0} - D[a, c]", "{0} + {1}", "{0} * sigmoid({1})", "v[a] * {0} * b[c] + 1",
+    "{0} / (1 + {0} * {0})", "relu({0} - {1}) + D[a, c]", "where(a <= c, {0}, D[a, c])", "exp(-{0} / 8) * {0}",
+)
+_EXTENTS = st.sampled_from([0, 1, 2, 3, 5, 7, 11])
+
+
+@st.composite
+def epilogue_programs(draw) -> tuple[str, dict[str, int]]:
+    """A definition wrapping one or two contractions (every operand layout) in element-wise work."""
+    sums = [
+        f"sum[{z}]({draw(st.sampled_from(_LEFT)).format(z=z)} * {draw(st.sampled_from(_RIGHT)).format(z=z)})"
+        for z in ("z", "t")
+    ]
+    body = draw(st.sampled_from(_EPILOGUES)).format(*sums)
+    text = _HEAD + f"Y[a, c] = {body}\n"
+    if draw(st.booleans()):  # an element-wise consumer for the epilogue to fuse with
+        text += "Z[a, c] = Y[a, c] * D[a, c] + 1\n"
+    return text, {"n": draw(_EXTENTS), "k": draw(_EXTENTS), "m": draw(_EXTENTS)}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(epilogue_programs(), st.sampled_from(["float64", "float32"]), st.sampled_from([1, 2]))
+def test_epilogues_compiled_match_the_interpreter(prog, dtype, threads):
+    text, sizes = prog
+    note(text)
+    split = str(tcc.transform(text, "infer-ranges,blas"))
+    note(split)
+    assert "Y_mm[a, c] = matmul(" in split and "Y[a, c] = " in split and "sum[" not in split.split("Y[a, c] = ")[1]
+    assert str(tcc.parse(split)) == split
+    loops = tcc.compile(text, dtype=dtype, threads=threads).loops
+    assert any(k.extern is not None and k.extern.fn == "matmul" for k in loops.kernels)
+    assert_matches_interpreter(tcc.parse(text), sizes, dtype, threads=threads)
+
+
+DENSE = (
+    "input X[n, k], W[m, k], b[m]\n"
+    "Y[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])\n"
+    "f = sum[a, c](Y[a, c] * Y[a, c])\n"
+)
+
+
+@pytest.mark.parametrize("sizes", [{"n": 7, "k": 5, "m": 3}, {"n": 1, "k": 1, "m": 1}, {"n": 2, "k": 0, "m": 13}])
+def test_dense_layer_and_its_gradients(sizes):
+    compiled = tcc.compile(DENSE)
+    assert [k.extern.args for k in compiled.loops.kernels if k.extern is not None] == [("X", "Y_mm_rhs")]
+    grad = tcc.grad(DENSE, "f", "X,W,b")
+    # the gradients' contractions were matched before; the forward one now is too
+    assert sum(k.extern is not None for k in tcc.compile(grad).loops.kernels) == 3
+    for dtype in ("float64", "float32"):
+        for threads in (1, 2):
+            assert_matches_interpreter(tcc.parse(DENSE), sizes, dtype, threads=threads)
+            assert_matches_interpreter(grad, sizes, dtype, threads=threads)
+    # the GPU pipeline has no blas: the same programs stay loop nests there and still run
+    for prog in (tcc.parse(DENSE), grad):
+        assert_matches_interpreter(prog, sizes, target="cuda-sim")
+        assert all(k.extern is None for k in tcc.compile(prog, target="cuda-sim").loops.kernels)
+    # given output arrays are written in place
+    inputs = random_inputs(tcc.transform(DENSE), sizes, seed=4)
+    Y = np.full((sizes["n"], sizes["m"]), np.nan)
+    out = compiled(**inputs, Y=Y)
+    assert out["Y"] is Y
+    _close(Y, tcc.run(DENSE, inputs)["Y"])
+
+
 UNTOUCHED = {
     "a factor on a and b": "input A[n, k], B[k, m], W[n, m]\nC[i, j] = sum[z](A[i, z] * B[z, j] * W[i, j])\n",
     "a sum not starting at 0": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 1..k - 1](A[i, z] * B[z, j])\n",
@@ -231,11 +341,17 @@ UNTOUCHED = {
     "a small constant-size contraction": "input A[16, 32], B[32, 63]\nC[i, j] = sum[z](A[i, z] * B[z, j])\n",
     "a range that depends on a": "input A[n, n], B[n, m]\nC[i, j] = sum[z: 0..i](A[i, z] * B[z, j])\n",
     "a range that may be empty": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 0..k - 2](A[i, z] * B[z, j])\n",
-    "a sum plus something": "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) + 1\n",
     "a where mixing a and b": "input A[n, k], B[k, m]\nC[i, j] = sum[z](where(i == j, A[i, z], 0) * B[z, j])\n",
     "a function of the product": "input A[n, k], B[k, m]\nC[i, j] = sum[z](exp(A[i, z] * B[z, j]))\n",
     "no z on the right": "input A[n, k], v[m]\nC[i, j] = sum[z](A[i, z] * v[j])\n",
-    "two sums": "input A[n, k], B[k, m]\nC[i, j] = sum[z](A[i, z] * B[z, j]) * sum[t](A[i, t] * B[t, j])\n",
+    "an epilogue around a contraction that does not match":
+        "input A[n, k], B[k, m]\nC[i, j] = tanh(sum[z](exp(A[i, z] * B[z, j])) + 1)\n",
+    "an epilogue around a small constant-size contraction":
+        "input A[16, 32], B[32, 63], u[63]\nC[i, j] = tanh(sum[z](A[i, z] * B[z, j]) + u[j])\n",
+    "a contraction on three indices of the definition":
+        "input A[n, k], B[k, m], D[n, m, n]\nC[i, j, l] = sum[z](A[i, z] * B[z, j] * A[l, z]) + D[i, j, l]\n",
+    "a contraction that reads an outer sum's variable":
+        "input A[n, k], B[k, m]\nC[i, j] = sum[t](exp(sum[z](A[i, z] * B[z, j] * A[t, z])))\n",
     "a double sum": "input A[n, k], B[k, m]\nC[i, j] = sum[z, t](A[i, z] * B[t, j])\n",
     "a matrix function": "input A[n, n]\nB[i, j] = inv(A)[i, j]\n",
 }
