@@ -471,8 +471,10 @@ def evaluate(
                 for arg in args:
                     if arg not in tensors:
                         raise TccError(f"definition '{d.name}' reads '{arg}', which is not an input or an earlier definition")
+                # an argument read transposed is passed as the transposed view (matmul(A, transpose(B)): A @ B.T)
+                operands = (tensors[a].T if t else tensors[a] for a, t in zip(args, d.body.transposed))
                 value = np.array(
-                    matrix_function(fn, *(tensors[a] for a in args), where=f"definition '{d.name}'"), dtype=dtype, order="C"
+                    matrix_function(fn, *operands, where=f"definition '{d.name}'"), dtype=dtype, order="C"
                 )
                 if value.shape != shape:
                     raise TccError(f"definition '{d.name}' has shape {shape} but {d.body} has shape {value.shape}")

@@ -57,7 +57,7 @@ from typing import Callable, Union
 
 from tcc.ir.diagnostics import TccError
 
-from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, postorder
+from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .loops import (
     ROLES,
@@ -239,6 +239,8 @@ class _Verifier:
             raise self.error(f"unknown matrix function '{s.fn}' in '{call}'")
         if len(s.args) != MATRIX_ARITY[s.fn]:
             raise self.error(f"{s.fn} takes {_plural(MATRIX_ARITY[s.fn], 'buffer', 'buffers')}: '{call}'")
+        if s.transposed and (s.fn != MATMUL or len(s.transposed) != len(s.args)):
+            raise self.error(f"only matmul reads a buffer transposed: '{call}'")
         args = []
         for name in s.args:
             arg = self.buffers.get(name)
@@ -249,14 +251,18 @@ class _Verifier:
             args.append(arg)
         if s.fn == MATMUL:
             a, b = args
-            if a.shape[1] != b.shape[0]:
+            # a buffer read transposed: the product's operand has its extents reversed
+            ta, tb = s.transposed or (False, False)
+            ea, eb = (tuple(x.shape)[::-1] if t else tuple(x.shape) for x, t in ((a, ta), (b, tb)))
+            if ea[1] != eb[0]:
                 sa = " x ".join(format_affine(e) for e in a.shape)
                 sb = " x ".join(format_affine(e) for e in b.shape)
+                na, nb = (f"transpose({x.name})" if t else x.name for x, t in ((a, ta), (b, tb)))
                 raise self.error(
-                    f"matmul needs the columns of '{a.name}' to match the rows of '{b.name}': "
+                    f"matmul needs the columns of '{na}' to match the rows of '{nb}': "
                     f"'{a.name}' is {sa}, '{b.name}' is {sb}"
                 )
-            want: tuple = (a.shape[0], b.shape[1])
+            want: tuple = (ea[0], eb[1])
         else:
             (arg,) = args
             if arg.shape[0] != arg.shape[1]:
@@ -273,7 +279,7 @@ class _Verifier:
         if tuple(out.shape) != tuple(want):
             have = " x ".join(format_affine(e) for e in out.shape) or "0-d"
             need = " x ".join(format_affine(e) for e in want) or "0-d"
-            raise self.error(f"'{s.out}' is {have}, but {s.fn}({', '.join(s.args)}) is {need}")
+            raise self.error(f"'{s.out}' is {have}, but {format_matrix_call(s.fn, s.args, s.transposed)} is {need}")
 
     def define_scalar(self, name: str, kind: str) -> None:
         if name in self.sizes:

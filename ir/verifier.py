@@ -11,7 +11,7 @@ from __future__ import annotations
 from .diagnostics import TccError
 
 from .bounds import prove_in_bounds
-from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, postorder
+from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
@@ -94,7 +94,7 @@ class _Verifier:
         body = d.body
         assert isinstance(body, MatrixFn)
         fn = body.fn
-        call = f"{fn}({', '.join(body.args)})"
+        call = format_matrix_call(fn, body.args, body.transposed)
         loc = self.p.loc_of(body) or d.loc
         order = body.order
         if len(d.indices) != order:
@@ -215,19 +215,22 @@ def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None
         exts.append(ext)
     if any(ext is None for ext in exts):
         return None
-    call = f"{fn}({', '.join(body.args)})"
+    call = format_matrix_call(fn, body.args, body.transposed)
     if fn == MATMUL:
         (a, b), (ea, eb) = body.args, exts
         assert ea is not None and eb is not None
-        if ea[1] != eb[0]:
+        # an argument read transposed: its columns are the rows of the product's operand
+        oa, ob = (e[::-1] if t else e for e, t in zip((ea, eb), body.transposed))
+        if oa[1] != ob[0]:
+            na, nb = (f"transpose({x})" if t else x for x, t in zip((a, b), body.transposed))
             raise TccError(
-                f"matmul needs the columns of '{a}' to match the rows of '{b}': "
+                f"matmul needs the columns of '{na}' to match the rows of '{nb}': "
                 f"'{a}' is {format_affine(ea[0])} x {format_affine(ea[1])}, "
                 f"'{b}' is {format_affine(eb[0])} x {format_affine(eb[1])}",
                 loc,
                 program.source,
             )
-        result: tuple[Affine, ...] = (ea[0], eb[1])
+        result: tuple[Affine, ...] = (oa[0], ob[1])
     else:
         (name,), (ext,) = body.args, exts
         assert ext is not None

@@ -37,8 +37,12 @@ does it an order of magnitude faster than tcc's own loops.
   its own anyway; then they go right and no copy of ``P`` is made.  A
   negation goes with them.  Both sides must mention ``z``.
 * A side that is exactly ``P[a, z]`` (``Q[z, b]``) for a tensor whose extents
-  are the side's is used directly; a transposed read ``X[z, a]`` is not, and
-  gets a transposed copy.
+  are the side's is used directly, and so is a transposed read ``P[z, a]``
+  (``Q[b, z]``) of a tensor with the reversed extents: it is the argument
+  ``transpose(P)``, which NumPy hands BLAS as stored with the transpose flag
+  (``sum[z](X[z, a] * X[z, b])`` is ``matmul(transpose(X), X)``, the dense
+  layer's ``X[a, z] * W[c, z]`` is ``matmul(X, transpose(W))``): no copy.
+  Any other side gets an element-wise definition of its own.
 * Tiny products are not worth a call: when every extent is a constant and
   ``p * q * r < min-work`` (default 32768) the definition stays.  Symbolic
   extents count as large.
@@ -53,8 +57,7 @@ more indices) and which the rules above accept as the body of a definition
 ``min-work`` included) becomes that definition and its ``matmul``, and ``D``
 reads ``D_mm[x, y]`` in its place:
 
-    Y_mm_rhs[z, c] = W[c, z]
-    Y_mm[a, c] = matmul(X, Y_mm_rhs)[a, c]
+    Y_mm[a, c] = matmul(X, transpose(W))[a, c]
     Y[a, c] = tanh(Y_mm[a, c] + b[c])          # the epilogue: element-wise
 
 Sums are tried outermost first; one that does not match is searched for
@@ -163,15 +166,21 @@ class _Rewriter:
         return name
 
     def plain(self, factors: list[Expr], negated: bool, first: str, second: str,
-              extents: tuple[Affine, Affine]) -> str | None:
-        """The tensor a side reads if it is exactly ``P[first, second]`` with the side's extents."""
+              extents: tuple[Affine, Affine]) -> tuple[str, bool] | None:
+        """``(P, False)`` if a side is exactly ``P[first, second]`` with the side's extents,
+        ``(P, True)`` if it is ``P[second, first]`` with them reversed (read transposed)."""
         if negated or len(factors) != 1 or not isinstance(factors[0], Access):
             return None
         acc = factors[0]
-        if acc.indices != (Affine.var(first), Affine.var(second)):
-            return None
         ext = self.program.extents_of(acc.tensor)
-        return acc.tensor if ext is not None and tuple(ext) == extents else None
+        if ext is None:
+            return None
+        pair = (Affine.var(first), Affine.var(second))
+        if acc.indices == pair and tuple(ext) == extents:
+            return acc.tensor, False
+        if acc.indices == pair[::-1] and tuple(ext) == extents[::-1] and first != second:
+            return acc.tensor, True
+        return None
 
     def rewrite(self, d: Definition) -> list[Definition]:
         """``[d]`` unchanged, or the new definitions followed by ``d`` as a ``matmul`` or an epilogue."""
@@ -200,6 +209,7 @@ class _Rewriter:
         mapping: dict[Expr, Expr] = {}
         stack = [d.body]
         seen: set[int] = set()
+        memo: dict[Expr, tuple[str, ...]] = {}
         while stack:
             e = stack.pop()
             if id(e) in seen or e in mapping:
@@ -207,8 +217,9 @@ class _Rewriter:
             seen.add(id(e))
             if set(bound_vars(e)) & set(d.indices):
                 continue  # a sum that shadows an index of d: its inside reads another variable
-            names = [x for x in d.indices if x in set(free_names(e))]
-            if isinstance(e, Sum) and len(names) == 2 and not set(free_names(e)) - self.sizes - set(names):
+            free = set(free_names(e, memo)) if isinstance(e, Sum) else set()  # memo: linear on deep bodies
+            names = [x for x in d.indices if x in free]
+            if len(names) == 2 and not free - self.sizes - set(names):
                 name = fresh_name(f"{d.name}_mm", self.taken)
                 try:
                     new = self.match(Definition(name, tuple(names), e, tuple(extent[x] for x in names), d.loc))
@@ -268,16 +279,17 @@ class _Rewriter:
             raise _NoMatch
         out: list[Definition] = []
 
-        def outline(fs: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine], suffix: str) -> str:
-            name = self.plain(fs, neg, first, second, ext)
-            if name is None:
+        def outline(fs: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine],
+                    suffix: str) -> tuple[str, bool]:
+            read = self.plain(fs, neg, first, second, ext)
+            if read is None:
                 name = self.fresh(f"{d.name}_{suffix}")
                 out.append(Definition(name, (first, second), _product(fs, neg), ext, d.loc))
-            return name
+                read = (name, False)
+            return read
 
-        lhs = outline(left, neg_left, a, z, (p, q), "lhs")
-        rhs = outline(right, neg_right, z, b, (q, r), "rhs")
-        out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs), d.extents, d.loc))
+        (lhs, tl), (rhs, tr) = outline(left, neg_left, a, z, (p, q), "lhs"), outline(right, neg_right, z, b, (q, r), "rhs")
+        out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs, transposed=(tl, tr)), d.extents, d.loc))
         return out
 
 

@@ -69,6 +69,56 @@ def test_matmul_prints_and_parses_back():
     assert str(tcc.parse(text)) == text
 
 
+# every way of reading the operands: A (p x q) or transpose(AT) with AT q x p, likewise B (q x r)
+TRANSPOSED = {
+    (ta, tb): "input {}, {}\nC[i, j] = matmul({}, {})[i, j]\nf = sum[i, j](C[i, j] * sin(C[i, j]))\n".format(
+        "AT[q, p]" if ta else "A[p, q]", "BT[r, q]" if tb else "B[q, r]",
+        "transpose(AT)" if ta else "A", "transpose(BT)" if tb else "B")
+    for ta in (False, True) for tb in (False, True)
+}
+
+
+def _operands(ta: bool, tb: bool, A: np.ndarray, B: np.ndarray) -> dict[str, np.ndarray]:
+    return {"AT" if ta else "A": A.T.copy() if ta else A, "BT" if tb else "B": B.T.copy() if tb else B}
+
+
+@pytest.mark.parametrize("flags", list(TRANSPOSED))
+def test_transposed_matmul_language_interpreter_and_derivatives(flags):
+    src = TRANSPOSED[flags]
+    p = tcc.transform(src)
+    text = str(p)
+    assert str(tcc.parse(text)) == text and tcc.parse(text).definition("C").body is p.definition("C").body
+    assert p.definition("C").body.transposed == flags
+    import pickle
+
+    assert pickle.loads(pickle.dumps(p.definition("C").body)) is p.definition("C").body
+    rng = np.random.default_rng(2)
+    for shape in ((3, 4, 2), (1, 1, 1), (0, 3, 2), (2, 0, 5), (7, 5, 1)):
+        A, B = rng.standard_normal(shape[:2]), rng.standard_normal(shape[1:])
+        inputs = _operands(*flags, A, B)
+        for dtype in ("float64", "float32"):
+            out = tcc.run(src, inputs, dtype=dtype)
+            _close(out["C"], A @ B, 1e-12 if dtype == "float64" else 1e-5)
+            # compiled: one extern reading the stored arrays, with the flags
+            f = tcc.compile(src, dtype=dtype)
+            assert [k.extern.transposed for k in f.loops.kernels if k.extern is not None] == [flags if any(flags) else ()]
+            _close(f(**{k: v.astype(dtype) for k, v in inputs.items()})["C"], A @ B, 1e-12 if dtype == "float64" else 1e-5)
+    # reverse and forward mode against finite differences, and their compiled forms
+    names = [d.name for d in p.inputs]
+    for r in tcc.check(src, "f", ",".join(names), sizes={"p": 3, "q": 4, "r": 2}):
+        assert r.ok and r.max_rel_error < 1e-7, str(r)
+    assert_matches_interpreter(tcc.grad(src, "f", ",".join(names)), {"p": 3, "q": 4, "r": 2})
+    # forward mode: the directional derivative is the reverse gradient along the tangent
+    inputs = _operands(*flags, rng.standard_normal((3, 4)), rng.standard_normal((4, 2)))
+    tangents = {"d" + k: rng.standard_normal(v.shape) for k, v in inputs.items()}
+    grads = tcc.run(tcc.grad(src, "f", ",".join(names)), {**inputs, "df": 1.0})
+    jvp = tcc.run(tcc.grad(src, "f", ",".join(names), mode="forward"), {**inputs, **tangents})["df"]
+    _close(jvp, sum(float((grads["d" + k] * tangents["d" + k]).sum()) for k in names), 1e-10)
+    # the cuda target refuses it as it refuses every product, naming the call as written
+    with pytest.raises(tcc.TccError, match=r"matmul\((transpose\()?A"):
+        tcc.compile(src, target="cuda")
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1, 4, 3), (5, 1, 2), (3, 4, 1), (6, 7, 5), (0, 3, 2), (2, 0, 3)])
 def test_interpreter_is_numpy_matmul(shape):
     p, q, r = shape
@@ -93,6 +143,12 @@ def test_interpreter_is_numpy_matmul(shape):
         ("input A[n, m], B[m, k]\noutput C[n, n]\nC[i, j] = matmul(A, B)[i, j]\n",
          "'C' is declared n x n, but matmul(A, B) is n x k"),
         ("input A[n, m]\nC[i, j] = matmul(A, Z)[i, j]\n", "undeclared tensor 'Z'"),
+        ("input A[n, m], B[m, k]\nC[i, j] = matmul(A, transpose(B))[i, j]\n",
+         "matmul needs the columns of 'A' to match the rows of 'transpose(B)': 'A' is n x m, 'B' is m x k"),
+        ("input A[n, m]\noutput C[n, n]\nC[i, j] = matmul(transpose(A), A)[i, j]\n",
+         "'C' is declared n x n, but matmul(transpose(A), A) is m x m"),
+        ("input A[n, m], B[m, k]\nC[i, j] = matmul(A, transpose(B), A)[i, j]\n",
+         "matmul takes two matrices: matmul(A, B) (here: matmul(A, transpose(B), A))"),
         ("input A[n, m], B[m, k]\nC[i, j] = matmul(A)[i, j]\n", "matmul takes two matrices: matmul(A, B) (here: matmul(A))"),
         ("input A[n, n]\nC[i, j] = inv(A, A)[i, j]\n", "inv takes one matrix: inv(A) (here: inv(A, A))"),
         ("input A[n, m], B[m, k]\nC[i] = matmul(A, B)[i]\n",
@@ -171,15 +227,29 @@ REWRITES = {
     ),
     "transposed": (
         "input X[m, n]\nH[a, b] = sum[z](X[z, a] * X[z, b])\n",
-        ["H_lhs[a, z] = X[z, a]", "H[a, b] = matmul(H_lhs, X)[a, b]"],
+        ["output H[n, n]\nH[a, b] = matmul(transpose(X), X)[a, b]"],  # X^T read in place: no copy
     ),
     "both sides outlined": (
         "input A[n, k], B[m, k], u[k]\nC[i, j] = sum[z](exp(A[i, z]) * u[z] * B[j, z])\n",
-        ["C_lhs[i, z] = exp(A[i, z]) * u[z]", "C_rhs[z, j] = B[j, z]", "C[i, j] = matmul(C_lhs, C_rhs)[i, j]"],
+        ["local C_lhs[n, k]", "C_lhs[i, z] = exp(A[i, z]) * u[z]", "C[i, j] = matmul(C_lhs, transpose(B))[i, j]"],
     ),
     "z-only factor moves right to keep a plain left": (
+        "input A[n, k], B[m, k], u[k]\nC[i, j] = sum[z](A[i, z] * u[z] * exp(B[j, z]))\n",
+        ["C_rhs[z, j] = u[z] * exp(B[j, z])", "C[i, j] = matmul(A, C_rhs)[i, j]"],
+    ),
+    "a z-only factor stays left when both sides are plain reads": (
         "input A[n, k], B[m, k], u[k]\nC[i, j] = sum[z](A[i, z] * u[z] * B[j, z])\n",
-        ["C_rhs[z, j] = u[z] * B[j, z]", "C[i, j] = matmul(A, C_rhs)[i, j]"],
+        ["C_lhs[i, z] = A[i, z] * u[z]", "C[i, j] = matmul(C_lhs, transpose(B))[i, j]"],
+    ),
+    "transposed operands in every position": (
+        "input A[k, n], B[m, k], E[n, k], F[k, m]\n"
+        "C[i, j] = sum[z](A[z, i] * B[j, z]) + sum[t](A[t, i] * F[t, j]) + sum[s](E[i, s] * B[j, s])\n",
+        ["C_mm[i, j] = matmul(transpose(A), transpose(B))[i, j]", "C_mm2[i, j] = matmul(transpose(A), F)[i, j]",
+         "C_mm3[i, j] = matmul(E, transpose(B))[i, j]", "C[i, j] = C_mm[i, j] + C_mm2[i, j] + C_mm3[i, j]"],
+    ),
+    "a square tensor read transposed": (
+        "input S[n, n], B[n, m]\nC[i, j] = sum[z](S[z, i] * B[z, j])\n",
+        ["C[i, j] = matmul(transpose(S), B)[i, j]"],
     ),
     "constant and negation outside": (
         "input A[n, k], B[k, m]\nC[i, j] = -(2 * sum[z](A[i, z] * B[z, j]))\n",
@@ -204,8 +274,7 @@ REWRITES = {
     # the epilogue split: contractions inside element-wise work become definitions of their own
     "epilogue: the dense layer": (
         "input X[n, k], W[m, k], b[m]\nY[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])\n",
-        ["local Y_mm_rhs[k, m], Y_mm[n, m]", "Y_mm_rhs[z, c] = W[c, z]", "Y_mm[a, c] = matmul(X, Y_mm_rhs)[a, c]",
-         "Y[a, c] = tanh(Y_mm[a, c] + b[c])"],
+        ["local Y_mm[n, m]", "Y_mm[a, c] = matmul(X, transpose(W))[a, c]", "Y[a, c] = tanh(Y_mm[a, c] + b[c])"],
     ),
     "epilogue: a scaled contraction minus a tensor": (
         "input A[n, k], B[k, m], D[n, m]\nC[i, j] = 2 * sum[z](A[i, z] * B[z, j]) - D[i, j]\n",
@@ -230,8 +299,7 @@ REWRITES = {
     ),
     "epilogue: a contraction on two of three indices": (
         "input A[n, k], B[k, m], v[p]\nC[i, j, l] = sum[z](A[l, z] * B[z, i]) * v[j]\n",
-        ["C_mm_lhs[i, z] = B[z, i]", "C_mm_rhs[z, l] = A[l, z]", "C_mm[i, l] = matmul(C_mm_lhs, C_mm_rhs)[i, l]",
-         "C[i, j, l] = C_mm[i, l] * v[j]"],
+        ["local C_mm[m, n]", "C_mm[i, l] = matmul(transpose(B), transpose(A))[i, l]", "C[i, j, l] = C_mm[i, l] * v[j]"],
     ),
     "epilogue: a contraction inside a sum that does not match": (
         "input A[n, k], B[k, m]\nC[i, j] = sum[t](exp(sum[z](A[i, z] * B[z, j])) * A[i, t])\n",
@@ -303,6 +371,26 @@ def test_epilogues_compiled_match_the_interpreter(prog, dtype, threads):
     assert_matches_interpreter(tcc.parse(text), sizes, dtype, threads=threads)
 
 
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["X[a, z]", "XT[z, a]"]), st.sampled_from(["W[z, c]", "WT[c, z]"]), _EXTENTS, _EXTENTS,
+       _EXTENTS, st.sampled_from(["float64", "float32"]), st.sampled_from([1, 2]))
+def test_transposed_operands_are_read_in_place(left, right, n, k, m, dtype, threads):
+    """A product of two plain reads, each stored either way round, is one call and no copy."""
+    text = _HEAD + f"Y[a, c] = sum[z]({left} * {right})\n"
+    note(text)
+    f = tcc.compile(text, dtype=dtype, threads=threads)
+    flags = (left.startswith("XT"), right.startswith("WT"))
+    assert [str(k.extern) for k in f.loops.kernels] == [
+        f"extern matmul({'transpose(XT)' if flags[0] else 'X'}, {'transpose(WT)' if flags[1] else 'W'}) -> Y"]
+    sizes = {"n": n, "k": k, "m": m}
+    assert_matches_interpreter(tcc.parse(text), sizes, dtype, threads=threads)
+    # a given output array is written in place
+    inputs = random_inputs(tcc.transform(text), sizes, seed=1, dtype=dtype)
+    Y = np.full((n, m), np.nan, dtype=dtype)
+    assert f(**inputs, Y=Y)["Y"] is Y
+    _close(Y, tcc.run(text, inputs, dtype=dtype)["Y"], 1e-12 if dtype == "float64" else 1e-5)
+
+
 DENSE = (
     "input X[n, k], W[m, k], b[m]\n"
     "Y[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])\n"
@@ -313,7 +401,9 @@ DENSE = (
 @pytest.mark.parametrize("sizes", [{"n": 7, "k": 5, "m": 3}, {"n": 1, "k": 1, "m": 1}, {"n": 2, "k": 0, "m": 13}])
 def test_dense_layer_and_its_gradients(sizes):
     compiled = tcc.compile(DENSE)
-    assert [k.extern.args for k in compiled.loops.kernels if k.extern is not None] == [("X", "Y_mm_rhs")]
+    # one call, W read transposed in place: no kernel copies it
+    assert [str(k.extern) for k in compiled.loops.kernels if k.extern is not None] == [
+        "extern matmul(X, transpose(W)) -> Y_mm"]
     grad = tcc.grad(DENSE, "f", "X,W,b")
     # the gradients' contractions were matched before; the forward one now is too
     assert sum(k.extern is not None for k in tcc.compile(grad).loops.kernels) == 3
@@ -386,14 +476,14 @@ def test_fresh_names_and_placement():
     )
     text = blas(src)
     assert (
-        "C_lhs2[i, z] = exp(C_lhs[i, z])\nC_rhs[z, j] = B[j, z]\nC[i, j] = matmul(C_lhs2, C_rhs)[i, j]\n"
+        "C_lhs2[i, z] = exp(C_lhs[i, z])\nC[i, j] = matmul(C_lhs2, transpose(B))[i, j]\n"
         "D[i, j] = C[i, j] + 1\n"
     ) in text
-    assert "local C_lhs2[n, k], C_rhs[k, m]" in text and "output C_lhs[n, k], C[n, m], D[n, m]" in text
+    assert "local C_lhs2[n, k]\n" in text and "output C_lhs[n, k], C[n, m], D[n, m]" in text
 
 
 def test_compiled_results_are_the_given_definitions():
-    src = REWRITES["both sides outlined"][0]
+    src = REWRITES["factors on a and b outside"][0]
     f = tcc.compile(src)
     assert {k.name for k in f.loops.kernels} >= {"C_lhs", "C_rhs", "C"}
     inputs = random_inputs(tcc.transform(src), {"n": 3, "k": 4, "m": 5})
@@ -544,13 +634,19 @@ def test_emit_loops_shows_the_extern(tmp_path, capsys):
 
 
 def test_loop_program_round_trip_and_evaluator():
+    for src, call in ((REWRITES["factors on a and b outside"][0], "matmul(C_lhs, C_rhs)"),
+                      (REWRITES["both sides outlined"][0], "matmul(C_lhs, transpose(B))"),
+                      (REWRITES["transposed"][0].replace("H[", "C["), "matmul(transpose(X), X)")):
+        _loop_round_trip(src, call)
+
+
+def _loop_round_trip(src: str, call: str) -> None:
     from tcc.ir.loops_parser import parse_loop_program
     from tcc.ir.loops_verifier import verify_loops
 
-    src = REWRITES["both sides outlined"][0]
     loops = tcc.compile(src).loops
     text = str(loops)
-    assert "kernel C {\n  extern matmul(C_lhs, C_rhs) -> C\n}" in text
+    assert f"kernel C {{\n  extern {call} -> C\n}}" in text
     again = parse_loop_program(text)
     assert str(again) == text and again == loops
     verify_loops(again)
@@ -572,6 +668,10 @@ def test_loops_verifier_rejects_bad_matmuls():
         "extern inv(A, B) -> C": "inv takes 1 buffer: 'extern inv(A, B) -> C'",
         "extern matmul(A, B) -> A": "cannot write to input 'A': extern matmul(A, B) -> A",
         "extern matmul(A, Z) -> C": "undeclared buffer 'Z' in 'extern matmul(A, Z) -> C'",
+        "extern matmul(transpose(A), B) -> C":
+            "matmul needs the columns of 'transpose(A)' to match the rows of 'B': 'A' is n x m, 'B' is m x k",
+        "extern matmul(A, transpose(A)) -> C": "'C' is n x k, but matmul(A, transpose(A)) is n x n",
+        "extern inv(transpose(D)) -> D": "only matmul reads a buffer transposed: 'extern inv(transpose(D)) -> D'",
     }
     for line, message in cases.items():
         with pytest.raises(tcc.TccError) as exc:
@@ -580,6 +680,10 @@ def test_loops_verifier_rejects_bad_matmuls():
     ok = parse_loop_program(head + "kernel k {\n  extern matmul(A, B) -> C\n}\n")
     verify_loops(ok)
     assert str(ok.kernels[0].extern) == "extern matmul(A, B) -> C" and ok.kernels[0].extern.args == ("A", "B")
+    ok = parse_loop_program(head + "kernel k {\n  extern matmul(A, transpose(A)) -> D\n}\n")
+    verify_loops(ok)
+    assert str(ok.kernels[0].extern) == "extern matmul(A, transpose(A)) -> D"
+    assert ok.kernels[0].extern.transposed == (False, True)
 
 
 CUDA_REFUSAL = (

@@ -223,20 +223,30 @@ def matmul_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str
     body = h.body
     assert isinstance(body, MatrixFn) and body.fn == "matmul" and h.extents is not None
     a, b = body.args
+    ta, tb = body.transposed
+
+    def op_a(x: Affine, y: Affine) -> Access:  # element (x, y) of the left operand: A or A^T
+        return Access(a, (y, x) if ta else (x, y))
+
+    def op_b(x: Affine, y: Affine) -> Access:
+        return Access(b, (y, x) if tb else (x, y))
+
     r, c = (Affine.var(x) for x in beta)
     i, j = h.indices
     zero = Affine.constant(0)
-    if position == 0:  # dA[r, c] = sum[j](S[r, j] * B[c, j])
+    if position == 0:  # dA[r, c] = sum[j](S[r, j] * B[c, j]) (r, c swapped when A is read transposed)
+        row, col = (c, r) if ta else (r, c)
         if at is not None:
             g0, g1 = (Affine.var(g) for g in at)
-            return Where(Compare("==", r, g0), Access(b, (c, g1)), ZERO)
-        term = mul(substitute(seed, {i: r}), Access(b, (c, Affine.var(j))))
+            return Where(Compare("==", row, g0), op_b(col, g1), ZERO)
+        term = mul(substitute(seed, {i: row}), op_b(col, Affine.var(j)))
         return Sum(j, (zero,), (h.extents[1] - 1,), term)
-    # dB[r, c] = sum[i](A[i, r] * S[i, c])
+    # dB[r, c] = sum[i](A[i, r] * S[i, c]) (r, c swapped when B is read transposed)
+    row, col = (c, r) if tb else (r, c)
     if at is not None:
         g0, g1 = (Affine.var(g) for g in at)
-        return Where(Compare("==", c, g1), Access(a, (g0, r)), ZERO)
-    term = mul(Access(a, (Affine.var(i), r)), substitute(seed, {j: c}))
+        return Where(Compare("==", col, g1), op_a(g0, row), ZERO)
+    term = mul(op_a(Affine.var(i), row), substitute(seed, {j: col}))
     return Sum(i, (zero,), (h.extents[0] - 1,), term)
 
 
