@@ -42,7 +42,14 @@ does it an order of magnitude faster than tcc's own loops.
   ``transpose(P)``, which NumPy hands BLAS as stored with the transpose flag
   (``sum[z](X[z, a] * X[z, b])`` is ``matmul(transpose(X), X)``, the dense
   layer's ``X[a, z] * W[c, z]`` is ``matmul(X, transpose(W))``): no copy.
-  Any other side gets an element-wise definition of its own.
+  Any other side gets an element-wise definition of its own, stored the way
+  round most of its accesses read the two indices (``dY[z, c] * Y[z, c]``
+  on the side ``[c, z]`` is defined as ``S[z, c]`` and passed as
+  ``transpose(S)``: its kernel writes contiguously and shares a nest with
+  its neighbours); a side equal to one already outlined in the program (the
+  same body over the same extents, up to the names of its two indices) is
+  that definition again -- the dense layer's ``dX`` and ``dW`` products
+  read one ``dY * (1 - Y**2)``, once as stored and once transposed.
 * Tiny products are not worth a call: when every extent is a constant and
   ``p * q * r < min-work`` (default 32768) the definition stays.  Symbolic
   extents count as large.
@@ -92,6 +99,8 @@ from tcc.ir.expr import (
     bound_vars,
     free_names,
     fresh_name,
+    postorder,
+    substitute,
     transform,
 )
 from tcc.ir.index import Affine, Compare
@@ -145,6 +154,24 @@ def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[
     return negated
 
 
+def _reads_flipped(factors: list[Expr], first: str, second: str) -> bool:
+    """Whether most accesses of ``factors`` that use both indices put ``second`` before ``first``.
+
+    An outlined side is then defined as ``S[second, first]`` and passed as
+    ``transpose(S)``: its kernel writes in the order its operands are read
+    (the dense layer's ``dW_lhs[c, z] = dY[z, c] * ...`` becomes
+    ``dW_lhs[z, c]``, the same nest as ``dX_lhs[a, z]``, which ``fuse`` merges).
+    """
+    votes = 0
+    for f in factors:
+        for n in postorder(f):
+            if isinstance(n, Access):
+                pos = {v: k for k, ix in enumerate(n.indices) for v in ix.names()}
+                if first in pos and second in pos and pos[first] != pos[second]:
+                    votes += 1 if pos[second] < pos[first] else -1
+    return votes > 0
+
+
 def _product(factors: list[Expr], negated: bool) -> Expr:
     body = factors[0]
     for f in factors[1:]:
@@ -159,6 +186,9 @@ class _Rewriter:
         self.sizes = set(program.sizes())
         self.facts = program_facts(self.sizes)
         self.taken = program.names_in_use()
+        # outlined sides by (body over canonical index names, extents): an equal one is reused
+        self.outlined: dict[tuple, str] = {}
+        self.canon = tuple(Affine.var(self.fresh(f"_blas_{k}")) for k in range(2))
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
@@ -282,11 +312,15 @@ class _Rewriter:
         def outline(fs: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine],
                     suffix: str) -> tuple[str, bool]:
             read = self.plain(fs, neg, first, second, ext)
-            if read is None:
-                name = self.fresh(f"{d.name}_{suffix}")
-                out.append(Definition(name, (first, second), _product(fs, neg), ext, d.loc))
-                read = (name, False)
-            return read
+            if read is not None:
+                return read
+            flip = _reads_flipped(fs, first, second)  # stored as its operands are: a contiguous write
+            idx, shape, body = ((second, first), ext[::-1], _product(fs, neg)) if flip else ((first, second), ext, _product(fs, neg))
+            key = (substitute(body, dict(zip(idx, self.canon))), shape)
+            if key not in self.outlined:  # the gradients of X W^T read dY * (1 - Y^2) both ways round: one
+                self.outlined[key] = self.fresh(f"{d.name}_{suffix}")
+                out.append(Definition(self.outlined[key], idx, body, shape, d.loc))
+            return self.outlined[key], flip
 
         (lhs, tl), (rhs, tr) = outline(left, neg_left, a, z, (p, q), "lhs"), outline(right, neg_right, z, b, (q, r), "rhs")
         out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs, transposed=(tl, tr)), d.extents, d.loc))
