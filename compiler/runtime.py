@@ -77,8 +77,8 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
     out = buffers[stmt.out]
     if stmt.fn == "matmul":
         flags = getattr(stmt, "transposed", ()) or (False, False)
-        a, b = (buffers[n].T if t else buffers[n] for n, t in zip(stmt.args, flags))
-        if a.shape[1] == 0:  # an empty inner dimension: the product is all zeros
+        a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
+        if a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
             out[...] = 0
         else:
             np.matmul(a, b, out=out)

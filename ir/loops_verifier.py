@@ -246,14 +246,17 @@ class _Verifier:
             arg = self.buffers.get(name)
             if arg is None:
                 raise self.error(f"undeclared buffer '{name}' in '{call}'")
-            if arg.rank != 2:
+            if arg.rank != 2 and not (s.fn == MATMUL and arg.rank > 2):  # matmul also takes batches
                 raise self.error(f"{s.fn} needs a matrix: '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
             args.append(arg)
         if s.fn == MATMUL:
             a, b = args
             # a buffer read transposed: the product's operand has its extents reversed
             ta, tb = s.transposed or (False, False)
-            ea, eb = (tuple(x.shape)[::-1] if t else tuple(x.shape) for x, t in ((a, ta), (b, tb)))
+            ba, bb = tuple(a.shape)[:-2], tuple(b.shape)[:-2]
+            if ba and bb and ba != bb:
+                raise self.error(f"matmul needs '{a.name}' and '{b.name}' to have the same batch extents: '{call}'")
+            ea, eb = (tuple(x.shape)[-2:][::-1] if t else tuple(x.shape)[-2:] for x, t in ((a, ta), (b, tb)))
             if ea[1] != eb[0]:
                 sa = " x ".join(format_affine(e) for e in a.shape)
                 sb = " x ".join(format_affine(e) for e in b.shape)
@@ -262,7 +265,7 @@ class _Verifier:
                     f"matmul needs the columns of '{na}' to match the rows of '{nb}': "
                     f"'{a.name}' is {sa}, '{b.name}' is {sb}"
                 )
-            want: tuple = (ea[0], eb[1])
+            want: tuple = (ba or bb) + (ea[0], eb[1])
         else:
             (arg,) = args
             if arg.shape[0] != arg.shape[1]:

@@ -299,8 +299,7 @@ class Parser:
         fn = ftok.value
         self.expect("(")
         atok = self.peek()
-        args: list[str] = []
-        flags: list[bool] = []
+        args, flags = [], []  # type: list[str], list[bool]
         while True:
             flags.append(fn == MATMUL and self.peek().is_word("transpose") and self.peek(1).is_op("("))
             if flags[-1]:  # matmul(A, transpose(B)): B read transposed
@@ -330,7 +329,8 @@ class Parser:
                 self.advance()
             self.expect("]")
         order = node.order
-        if len(indices) != order or given != indices:
+        # C[b, i, j] = matmul(A, B)[b, i, j]: a batch of products has more indices
+        if (len(indices) != order and not (fn == MATMUL and len(indices) > 2)) or given != indices:
             lhs = f"{ntok.value}[{', '.join(indices)}]" if indices else ntok.value
             want = f"{ntok.value}[i, j] = {call}[i, j]" if order else f"{ntok.value} = {call}"
             raise self.error(

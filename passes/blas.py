@@ -21,7 +21,7 @@ does it an order of magnitude faster than tcc's own loops.
 
 **What is matched.**
 
-* ``D`` has exactly two indices and known extents; its body is one ``sum``
+* ``D`` has two indices (more: a batch, below) and known extents; its body is one ``sum``
   over a range ``0..N - 1`` with ``N - 1`` over sizes only (not ``a``, ``b``)
   and ``N >= 0`` provable (an empty range stays an empty sum), possibly inside
   a product with factors that depend on ``a`` only, on ``b`` only or on no
@@ -51,25 +51,40 @@ does it an order of magnitude faster than tcc's own loops.
   that definition again -- the dense layer's ``dX`` and ``dW`` products
   read one ``dY * (1 - Y**2)``, once as stored and once transposed.
 * Tiny products are not worth a call: when every extent is a constant and
-  ``p * q * r < min-work`` (default 32768) the definition stays.  Symbolic
-  extents count as large.
+  ``p * q * r < min-work`` (default 32768; times the batch extents for a
+  batch) the definition stays.  Symbolic extents count as large.
+
+**Batches of products.**  A definition ``D[h..., a, b]`` with more than two
+indices is a batch of products over its leading indices ``h...`` (the
+attention scores ``S[h, i, j] = sum[z](Q[h, i, z] * K[h, j, z])``): factors
+may also depend on the batch indices, and a factor on the batch only goes
+with the ``z``-only ones.  A side reads ``P[h..., a, z]`` (or transposed,
+``P[h..., z, a]``) as it is stored; a side on no batch index is one matrix
+for the whole batch (``sum[z](Q[h, i, z] * W[z, j])`` is ``matmul(Q, W)``);
+an outlined side has the batch indices first when one of its factors
+depends on them.  At least one side must vary along the batch.  The result
+is ``D[h..., a, b] = matmul(L, R)[h..., a, b]``, which NumPy runs as one
+``np.matmul`` of stacked matrices (a GEMM per member, transpose flags
+included).
 
 **The epilogue split.**  A definition that is not such a product as a
 whole but wraps contractions in element-wise work -- the dense layer
 ``Y[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])``, ``2 * sum[z](...) -
 D[a, b]``, a sum or product of several contractions -- is split: each
-``sum`` whose free indices are exactly two of ``D``'s (any ``D`` of two or
-more indices) and which the rules above accept as the body of a definition
-``D_mm[x, y]`` (``x``, ``y`` in ``D``'s order, ``D``'s extents for them,
-``min-work`` included) becomes that definition and its ``matmul``, and ``D``
-reads ``D_mm[x, y]`` in its place:
+``sum`` whose free indices are two or more of ``D``'s and which the rules
+above accept as the body of a definition ``D_mm[h..., x, y]`` (``D``'s
+extents; ``x``, ``y`` the last two of the sum's indices in ``D``'s order,
+else the first other pair that matches, the rest the batch in ``D``'s
+order; ``min-work`` included) becomes that definition and its ``matmul``,
+and ``D`` reads ``D_mm[h..., x, y]`` in its place:
 
     Y_mm[a, c] = matmul(X, transpose(W))[a, c]
     Y[a, c] = tanh(Y_mm[a, c] + b[c])          # the epilogue: element-wise
 
 Sums are tried outermost first; one that does not match is searched for
-matching sums inside it, and a sum inside one that binds an index of ``D``
-is left alone.  The same contraction written twice is one node and one
+matching sums inside it.  A sum inside one that binds an index of ``D`` is
+left alone, and so is a sum inside a ``where``: the loops compute it only
+where the guard holds (a Hessian's block diagonal), a product everywhere.  The same contraction written twice is one node and one
 product.  The epilogue is an ordinary element-wise definition for the loop
 passes (``fuse`` merges it with its neighbours, ``parallel`` marks it); it
 costs one extra write and read of ``D_mm``, small beside the
@@ -85,6 +100,7 @@ pipeline has no such external kernels (``target=cuda`` refuses ``matmul``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tcc.ir.expr import (
@@ -96,6 +112,7 @@ from tcc.ir.expr import (
     MatrixFn,
     Sum,
     Unary,
+    Where,
     bound_vars,
     free_names,
     fresh_name,
@@ -188,35 +205,46 @@ class _Rewriter:
         self.taken = program.names_in_use()
         # outlined sides by (body over canonical index names, extents): an equal one is reused
         self.outlined: dict[tuple, str] = {}
-        self.canon = tuple(Affine.var(self.fresh(f"_blas_{k}")) for k in range(2))
+        self.canon: tuple[Affine, ...] = ()
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
         self.taken.add(name)
         return name
 
+    def canonical(self, k: int) -> Affine:
+        """The ``k``-th index name outlined sides are compared under (see :meth:`outline`)."""
+        while len(self.canon) <= k:
+            self.canon += (Affine.var(self.fresh(f"_blas_{len(self.canon)}")),)
+        return self.canon[k]
+
     def plain(self, factors: list[Expr], negated: bool, first: str, second: str,
-              extents: tuple[Affine, Affine]) -> tuple[str, bool] | None:
-        """``(P, False)`` if a side is exactly ``P[first, second]`` with the side's extents,
-        ``(P, True)`` if it is ``P[second, first]`` with them reversed (read transposed)."""
+              extents: tuple[Affine, Affine], batch: tuple[str, ...] = (),
+              bext: tuple[Affine, ...] = ()) -> tuple[str, bool] | None:
+        """``(P, False)`` if a side is exactly ``P[batch..., first, second]`` with the side's extents,
+        ``(P, True)`` if it is ``P[batch..., second, first]`` with the last two reversed (read
+        transposed); with a batch, also ``P[first, second]`` (``P[second, first]``): one matrix
+        for every member of the batch."""
         if negated or len(factors) != 1 or not isinstance(factors[0], Access):
             return None
         acc = factors[0]
         ext = self.program.extents_of(acc.tensor)
-        if ext is None:
+        if ext is None or first == second:
             return None
         pair = (Affine.var(first), Affine.var(second))
-        if acc.indices == pair and tuple(ext) == extents:
-            return acc.tensor, False
-        if acc.indices == pair[::-1] and tuple(ext) == extents[::-1] and first != second:
-            return acc.tensor, True
+        leads = [(tuple(Affine.var(x) for x in batch), bext)] + ([((), ())] if batch else [])
+        for lead, lead_ext in leads:
+            for flip in (False, True):
+                want = lead + (pair[::-1] if flip else pair), lead_ext + (extents[::-1] if flip else extents)
+                if acc.indices == want[0] and tuple(ext) == want[1]:
+                    return acc.tensor, flip
         return None
 
     def rewrite(self, d: Definition) -> list[Definition]:
         """``[d]`` unchanged, or the new definitions followed by ``d`` as a ``matmul`` or an epilogue."""
         if d.extents is None or isinstance(d.body, MatrixFn):
             return [d]
-        if len(d.indices) == 2:
+        if len(d.indices) >= 2:
             try:
                 return self.match(d)
             except _NoMatch:
@@ -226,12 +254,13 @@ class _Rewriter:
     def split(self, d: Definition) -> list[Definition]:
         """The epilogue split: each matchable contraction inside ``d``'s body becomes a definition of its own.
 
-        A contraction is a ``sum`` whose free indices are two of ``d``'s;
-        it is tried outermost first (a sum that does not match is searched
-        for matching sums inside it).  Each one that :meth:`match` accepts as
-        the body of ``<D>_mm[x, y]`` (``x``, ``y`` in ``d``'s order, with
-        ``d``'s extents) becomes that definition -- and its ``matmul`` --
-        and ``d`` reads ``<D>_mm[x, y]`` in its place.
+        A contraction is a ``sum`` whose free indices are two or more of
+        ``d``'s; it is tried outermost first (a sum that does not match is
+        searched for matching sums inside it).  Each one that :meth:`match`
+        accepts as the body of ``<D>_mm[batch..., x, y]`` (``d``'s extents;
+        ``x``, ``y`` the last two of its indices in ``d``'s order, else any
+        other two, the rest the batch in ``d``'s order) becomes that
+        definition -- and its ``matmul`` -- and ``d`` reads it in its place.
         """
         assert d.extents is not None
         extent = dict(zip(d.indices, d.extents))
@@ -245,86 +274,126 @@ class _Rewriter:
             if id(e) in seen or e in mapping:
                 continue
             seen.add(id(e))
-            if set(bound_vars(e)) & set(d.indices):
-                continue  # a sum that shadows an index of d: its inside reads another variable
+            if set(bound_vars(e)) & set(d.indices) or isinstance(e, Where):
+                # a sum that shadows an index of d reads another variable inside; a guarded
+                # contraction is computed only where its guard holds (a Hessian's diagonal block)
+                continue
             free = set(free_names(e, memo)) if isinstance(e, Sum) else set()  # memo: linear on deep bodies
             names = [x for x in d.indices if x in free]
-            if len(names) == 2 and not free - self.sizes - set(names):
+            if len(names) >= 2 and not free - self.sizes - set(names):
                 name = fresh_name(f"{d.name}_mm", self.taken)
-                try:
-                    new = self.match(Definition(name, tuple(names), e, tuple(extent[x] for x in names), d.loc))
-                except _NoMatch:
-                    pass
-                else:
+                for order in _orders(names):
+                    try:
+                        new = self.match(Definition(name, order, e, tuple(extent[x] for x in order), d.loc))
+                    except _NoMatch:
+                        continue
                     self.taken.add(name)
                     out.extend(new)
-                    mapping[e] = Access(name, tuple(Affine.var(x) for x in names))
+                    mapping[e] = Access(name, tuple(Affine.var(x) for x in order))
+                    break
+                if e in mapping:
                     continue
             stack.extend(reversed(e.children()))
         if not mapping:
             return [d]
         return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
 
-    def match(self, d: Definition) -> list[Definition]:
-        a, b = d.indices
+    def contraction(self, d: Definition) -> tuple[list[Expr], bool, Sum]:
+        """``d``'s factors (those outside the one sum, then the summand's, as written), whether an
+        odd number of negations was passed, and the sum; checks its range and ``min-work``."""
+        *batch, a, b = d.indices
         assert d.extents is not None
-        p, r = d.extents
-        # factors outside the sum: D = c * u[a] * sum[z](F) * v[b] (each on a, on b, or on nothing)
-        outer: list[Expr] = []
+        outer: list[Expr] = []  # D = c * u[a] * sum[z](F) * v[b] (each on a, on b, or on neither)
         negated = _factors(d.body, self.sizes, a, b, False, outer, keep_sums=True)
         sums = [f for f in outer if isinstance(f, Sum) and {a, b} <= set(free_names(f))]
         if len(sums) != 1:
             raise _NoMatch
         s = sums[0]
         at = outer.index(s)
-        z = s.var
         zero = Affine.constant(0)
         if s.lo != (zero,) or len(s.hi) != 1 or not set(s.hi[0].names()) <= self.sizes:
             raise _NoMatch
         q = s.hi[0] + 1
         if not self.facts.implies(Compare(">=", q, zero)):
             raise _NoMatch  # the range may be empty: L and R would get negative extents
-        if all(e.is_constant for e in (p, q, r)) and p.const * q.const * r.const < self.min_work:
+        work = tuple(d.extents) + (q,)
+        if all(e.is_constant for e in work) and math.prod(e.const for e in work) < self.min_work:
             raise _NoMatch  # tiny: a call costs more than the loops
         inner: list[Expr] = []
         negated = _factors(s.body, self.sizes, a, b, negated, inner)
-        factors = outer[:at] + inner + outer[at + 1:]  # in the order they are written
+        return outer[:at] + inner + outer[at + 1:], negated, s
+
+    def match(self, d: Definition) -> list[Definition]:
+        """``d`` as ``matmul`` of two sides (``d``'s last two indices the product's, the rest its batch)."""
+        factors, negated, s = self.contraction(d)
+        *batch, a, b = d.indices
+        assert d.extents is not None
+        *bext, p, r = d.extents
+        z, q = s.var, s.hi[0] + 1
         side: dict[int, str] = {}
+        on_batch: dict[int, bool] = {}
         for k, f in enumerate(factors):
             names = set(free_names(f)) - self.sizes
-            if names - {a, b, z} or {a, b} <= names:
+            if names - {*batch, a, b, z} or {a, b} <= names:
                 raise _NoMatch  # on a and b, or on a name that is neither (say a sum variable)
             side[k] = "left" if a in names else "right" if b in names else ""
+            on_batch[k] = bool(names & set(batch))
         left = [f for k, f in enumerate(factors) if side[k] == "left"]
         right = [f for k, f in enumerate(factors) if side[k] == "right"]
-        # factors on z or on nothing, and a negation, go left -- unless the left is a plain
-        # read P[a, z] and the right needs a definition of its own anyway
-        to_right = (self.plain(left, False, a, z, (p, q)) is not None and bool(right)
-                    and self.plain(right, False, z, b, (q, r)) is None)
+        shape = (tuple(batch), tuple(bext))
+        # factors on z, the batch or nothing, and a negation, go left -- unless the left is a
+        # plain read P[a, z] and the right needs a definition of its own anyway
+        to_right = (self.plain(left, False, a, z, (p, q), *shape) is not None and bool(right)
+                    and self.plain(right, False, z, b, (q, r), *shape) is None)
         extra = "right" if to_right else "left"
-        left = [f for k, f in enumerate(factors) if side[k] == "left" or (not side[k] and extra == "left")]
-        right = [f for k, f in enumerate(factors) if side[k] == "right" or (not side[k] and extra == "right")]
-        neg_left, neg_right = negated and not to_right, negated and to_right
+        ks = {w: [k for k in side if side[k] == w or (not side[k] and extra == w)] for w in ("left", "right")}
+        left, right = ([factors[k] for k in ks[w]] for w in ("left", "right"))
         if not any(z in free_names(f) for f in left) or not any(z in free_names(f) for f in right):
             raise _NoMatch
+        if batch and not any(on_batch[k] for k in side):
+            raise _NoMatch  # neither side varies along the batch: not a batch of products
         out: list[Definition] = []
-
-        def outline(fs: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine],
-                    suffix: str) -> tuple[str, bool]:
-            read = self.plain(fs, neg, first, second, ext)
-            if read is not None:
-                return read
-            flip = _reads_flipped(fs, first, second)  # stored as its operands are: a contiguous write
-            idx, shape, body = ((second, first), ext[::-1], _product(fs, neg)) if flip else ((first, second), ext, _product(fs, neg))
-            key = (substitute(body, dict(zip(idx, self.canon))), shape)
-            if key not in self.outlined:  # the gradients of X W^T read dY * (1 - Y^2) both ways round: one
-                self.outlined[key] = self.fresh(f"{d.name}_{suffix}")
-                out.append(Definition(self.outlined[key], idx, body, shape, d.loc))
-            return self.outlined[key], flip
-
-        (lhs, tl), (rhs, tr) = outline(left, neg_left, a, z, (p, q), "lhs"), outline(right, neg_right, z, b, (q, r), "rhs")
-        out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs, transposed=(tl, tr)), d.extents, d.loc))
+        lhs = self.outline(d, left, negated and not to_right, (a, z), (p, q), shape, "lhs", out)
+        rhs = self.outline(d, right, negated and to_right, (z, b), (q, r), shape, "rhs", out)
+        body = MatrixFn("matmul", lhs[0], rhs[0], transposed=(lhs[1], rhs[1]))
+        out.append(Definition(d.name, d.indices, body, d.extents, d.loc))
         return out
+
+    def outline(self, d: Definition, fs: list[Expr], neg: bool, pair: tuple[str, str], ext: tuple[Affine, Affine],
+                shape: tuple[tuple[str, ...], tuple[Affine, ...]], suffix: str, out: list[Definition]) -> tuple[str, bool]:
+        """The tensor a side reads and whether it is read transposed, appending its definition
+        to ``out`` when it needs one.
+
+        The definition is stored the way round most of its accesses read
+        ``pair`` (a contiguous write), has the batch indices first when a
+        factor depends on one (else it is one matrix for the whole batch),
+        and is reused when an equal side (same body and extents, up to index
+        names) was outlined before.
+        """
+        first, second = pair
+        read = self.plain(fs, neg, first, second, ext, *shape)
+        if read is not None:
+            return read
+        batch, bext = shape
+        if not any(set(batch) & set(free_names(f)) for f in fs):
+            batch, bext = (), ()
+        flip = _reads_flipped(fs, first, second)
+        idx = tuple(batch) + ((second, first) if flip else (first, second))
+        extents = tuple(bext) + (ext[::-1] if flip else ext)
+        body = _product(fs, neg)
+        key = (substitute(body, {x: self.canonical(k) for k, x in enumerate(idx)}), extents)
+        if key not in self.outlined:  # the gradients of X W^T read dY * (1 - Y^2) both ways round: one
+            self.outlined[key] = self.fresh(f"{d.name}_{suffix}")
+            out.append(Definition(self.outlined[key], idx, body, extents, d.loc))
+        return self.outlined[key], flip
+
+
+def _orders(names: list[str]) -> list[tuple[str, ...]]:
+    """Index orders ``batch + (x, y)`` to try a contraction on ``names`` in: the last two as the
+    product's first, then every other pair; the batch keeps the order of ``names``."""
+    pairs = [(names[-2], names[-1])] + [
+        (x, y) for x in names for y in names if x != y and (x, y) != (names[-2], names[-1])]
+    return [tuple(n for n in names if n not in pair) + pair for pair in pairs]
 
 
 def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK) -> Program:

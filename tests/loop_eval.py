@@ -228,7 +228,7 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
                     raise AssertionError(f"{s} reads elements of '{name}' that no kernel wrote")
                 run.counts["loads"] += arg.size
             flags = s.transposed or (False,) * len(args)
-            run.buffers[s.out][...] = matrix_function(s.fn, *(a.T if t else a for a, t in zip(args, flags)))
+            run.buffers[s.out][...] = matrix_function(s.fn, *(np.swapaxes(a, -1, -2) if t else a for a, t in zip(args, flags)))
         else:  # pragma: no cover
             raise TypeError(s)
 
