@@ -42,6 +42,8 @@ does it an order of magnitude faster than tcc's own loops.
   ``transpose(P)``, which NumPy hands BLAS as stored with the transpose flag
   (``sum[z](X[z, a] * X[z, b])`` is ``matmul(transpose(X), X)``, the dense
   layer's ``X[a, z] * W[c, z]`` is ``matmul(X, transpose(W))``): no copy.
+  NumPy's ``matmul``, given one buffer twice with one of them transposed,
+  calls BLAS's ``syrk`` for such a Gram matrix: half the multiply-adds.
   Any other side gets an element-wise definition of its own, stored the way
   round most of its accesses read the two indices (``dY[z, c] * Y[z, c]``
   on the side ``[c, z]`` is defined as ``S[z, c]`` and passed as
