@@ -118,4 +118,4 @@ def _refuse_matrix_functions(program: Any) -> None:
 
     for d in getattr(program, "definitions", ()):
         if isinstance(d.body, MatrixFn):
-            raise cuda_refusal(d.body.fn, d.body.args, d.name, d.loc, program.source)
+            raise cuda_refusal(d.body.fn, d.body.args, d.name, d.loc, program.source, d.body.transposed)

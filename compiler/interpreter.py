@@ -103,7 +103,9 @@ def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
         if len(more) != 1:
             raise TccError(f"matmul takes two matrices, not {1 + len(more)}")
         a, b = np.asarray(a), np.asarray(more[0])
-        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        # batches of matrices (leading extents equal, or one side a matrix for every member) as np.matmul
+        batch_ok = a.ndim == 2 or b.ndim == 2 or a.shape[:-2] == b.shape[:-2]
+        if a.ndim < 2 or b.ndim < 2 or not batch_ok or a.shape[-1] != b.shape[-2]:
             raise TccError(
                 f"matmul needs matrices with equal inner extents{' in ' + where if where else ''}, "
                 f"got shapes {a.shape} and {b.shape}"
@@ -471,8 +473,10 @@ def evaluate(
                 for arg in args:
                     if arg not in tensors:
                         raise TccError(f"definition '{d.name}' reads '{arg}', which is not an input or an earlier definition")
+                # an argument read transposed is passed as the transposed view (matmul(A, transpose(B)): A @ B.T)
+                operands = (np.swapaxes(tensors[a], -1, -2) if t else tensors[a] for a, t in zip(args, d.body.transposed))
                 value = np.array(
-                    matrix_function(fn, *(tensors[a] for a in args), where=f"definition '{d.name}'"), dtype=dtype, order="C"
+                    matrix_function(fn, *operands, where=f"definition '{d.name}'"), dtype=dtype, order="C"
                 )
                 if value.shape != shape:
                     raise TccError(f"definition '{d.name}' has shape {shape} but {d.body} has shape {value.shape}")

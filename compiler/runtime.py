@@ -67,12 +67,16 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
     """Run the external kernel ``extern fn(args) -> out`` on the bound arrays, writing ``out`` in place.
 
     ``matmul`` writes straight into ``out`` (``np.matmul(A, B, out=C)``: NumPy's
-    BLAS, no temporary; the runtime never binds overlapping buffers).
+    BLAS, no temporary; the runtime never binds overlapping buffers).  An
+    argument read transposed (``matmul(A, transpose(B))``) is passed as the
+    transposed view ``B.T``: NumPy hands BLAS the stored array with the
+    transpose flag, so nothing is copied.
     """
     out = buffers[stmt.out]
     if stmt.fn == "matmul":
-        a, b = (buffers[n] for n in stmt.args)
-        if a.shape[1] == 0:  # an empty inner dimension: the product is all zeros
+        flags = getattr(stmt, "transposed", ()) or (False, False)
+        a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
+        if a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
             out[...] = 0
         else:
             np.matmul(a, b, out=out)

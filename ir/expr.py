@@ -200,21 +200,30 @@ class MatrixFn(Expr):
     takes them as separate arguments: ``MatrixFn("inv", "A")``,
     ``MatrixFn("matmul", "A", "B")``.  ``tensor`` is the argument of a
     one-argument function.
+
+    ``transposed`` flags the arguments ``matmul`` reads transposed (all False
+    unless given): ``MatrixFn("matmul", "A", "B", transposed=(False, True))``
+    is ``A @ B.T``, printed ``matmul(A, transpose(B))``; BLAS reads ``B`` as
+    stored with its transpose flag, so ``blas`` copies nothing for ``X W^T``.
     """
 
-    __slots__ = ("fn", "args")
-    _fields = ("fn", "args")
+    __slots__ = ("fn", "args", "transposed")
+    _fields = ("fn", "args", "transposed")
     fn: str
     args: tuple[str, ...]
+    transposed: tuple[bool, ...]
 
-    def __new__(cls, fn: str, *args: Any) -> "MatrixFn":
+    def __new__(cls, fn: str, *args: Any, transposed: "tuple[bool, ...] | None" = None) -> "MatrixFn":
         if fn not in MATRIX_ARITY:
             raise ValueError(f"unknown matrix function {fn!r}")
-        if len(args) == 1 and isinstance(args[0], tuple):  # MatrixFn(fn, ("A", "B")), as __reduce__ gives
-            args = args[0]
+        if args and isinstance(args[0], tuple):  # MatrixFn(fn, ("A", "B"), flags), as __reduce__ gives
+            args, transposed = args[0], (args[1] if len(args) > 1 else transposed)
         if len(args) != MATRIX_ARITY[fn] or not all(isinstance(a, str) for a in args):
             raise TypeError(f"{fn} takes {MATRIX_ARITY[fn]} tensor name{'s' if MATRIX_ARITY[fn] != 1 else ''}, not {args!r}")
-        return super().__new__(cls, fn, tuple(args))
+        flags = tuple(bool(t) for t in transposed) if transposed is not None else (False,) * len(args)
+        if len(flags) != len(args) or (any(flags) and fn != MATMUL):
+            raise TypeError(f"{fn} takes no transposed argument flags {flags!r}")
+        return super().__new__(cls, fn, tuple(args), flags)
 
     @property
     def order(self) -> int:
@@ -227,6 +236,12 @@ class MatrixFn(Expr):
         if len(self.args) != 1:
             raise AttributeError(f"{self.fn} has {len(self.args)} arguments: read .args")
         return self.args[0]
+
+
+def format_matrix_call(fn: str, args: tuple[str, ...], transposed: tuple[bool, ...] = ()) -> str:
+    """``matmul(A, transpose(B))``: the call as L1 and L2 print it (an argument read transposed is wrapped)."""
+    flags = transposed or (False,) * len(args)
+    return f"{fn}({', '.join(f'transpose({a})' if t else a for a, t in zip(args, flags))})"
 
 
 # ---------------------------------------------------------------------------
@@ -673,7 +688,7 @@ def _leaf(e: Expr) -> str:
             return e.tensor
         return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
     assert isinstance(e, MatrixFn)
-    return f"{e.fn}({', '.join(e.args)})"
+    return format_matrix_call(e.fn, e.args, e.transposed)
 
 
 def format_expr(e: Expr) -> str:

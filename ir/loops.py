@@ -44,7 +44,7 @@ from typing import Iterator, Literal, Union
 
 from .expr import Expr
 from .index import Affine, Cond, format_affine
-from .expr import ExprPrinter
+from .expr import ExprPrinter, format_matrix_call
 from .index import format_cond
 
 Role = Literal["input", "output", "local", "temp"]
@@ -135,14 +135,22 @@ class Extern:
     buffer ``args[0]``, or the product ``matmul(A, B)`` of two whole buffers,
     written to all of ``out`` by the runtime (LAPACK or BLAS through NumPy),
     not by compiled code.  It is always the whole body of its kernel
-    (:attr:`Kernel.extern`)."""
+    (:attr:`Kernel.extern`).  ``transposed`` flags the arguments ``matmul``
+    reads transposed (``extern matmul(A, transpose(B)) -> C`` is ``A @ B.T``;
+    empty or all False otherwise), as in :class:`tcc.ir.expr.MatrixFn`."""
 
     fn: str
     out: str
     args: tuple[str, ...]
+    transposed: tuple[bool, ...] = ()
+
+    def __post_init__(self) -> None:
+        # one canonical form: no flags when none is set, so equal externs compare equal
+        if not any(self.transposed):
+            object.__setattr__(self, "transposed", ())
 
     def __str__(self) -> str:
-        return f"extern {self.fn}({', '.join(self.args)}) -> {self.out}"
+        return f"extern {format_matrix_call(self.fn, self.args, self.transposed)} -> {self.out}"
 
 
 Stmt = Union[For, Let, Local, Store, Accumulate, If, Extern]

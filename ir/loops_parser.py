@@ -240,15 +240,24 @@ class LoopParser(Parser):
         return If(cond, then, orelse)
 
     def extern(self) -> Extern:
-        """``extern inv(A) -> B``, ``extern matmul(A, B) -> C`` (the lexer has no ``->``:
+        """``extern inv(A) -> B``, ``extern matmul(A, transpose(B)) -> C`` (the lexer has no ``->``:
         ``-`` directly followed by ``>``)."""
         self.advance()  # 'extern'
         fn = self.advance().value
         self.expect("(")
-        args = [self.name("a buffer name").value]
-        while self.peek().is_op(","):
-            self.advance()
+        args: list[str] = []
+        flags: list[bool] = []
+        while True:
+            flags.append(self.peek().is_word("transpose") and self.peek(1).is_op("("))
+            if flags[-1]:
+                self.advance()
+                self.expect("(")
             args.append(self.name("a buffer name").value)
+            if flags[-1]:
+                self.expect(")")
+            if not self.peek().is_op(","):
+                break
+            self.advance()
         self.expect(")")
         minus, gt = self.peek(), self.peek(1)
         if not (minus.is_op("-") and gt.is_op(">") and gt.pos == minus.end):
@@ -256,7 +265,7 @@ class LoopParser(Parser):
         self.advance()
         self.advance()
         out = self.name("a buffer name").value
-        return Extern(fn, out, tuple(args))
+        return Extern(fn, out, tuple(args), tuple(flags))
 
     def accumulate_op(self, k: int = 0) -> bool:
         """``+`` directly followed by ``=`` at lookahead ``k`` (the lexer has no ``+=``)."""

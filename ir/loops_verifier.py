@@ -57,7 +57,7 @@ from typing import Callable, Union
 
 from tcc.ir.diagnostics import TccError
 
-from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, postorder
+from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .loops import (
     ROLES,
@@ -239,24 +239,33 @@ class _Verifier:
             raise self.error(f"unknown matrix function '{s.fn}' in '{call}'")
         if len(s.args) != MATRIX_ARITY[s.fn]:
             raise self.error(f"{s.fn} takes {_plural(MATRIX_ARITY[s.fn], 'buffer', 'buffers')}: '{call}'")
+        if s.transposed and (s.fn != MATMUL or len(s.transposed) != len(s.args)):
+            raise self.error(f"only matmul reads a buffer transposed: '{call}'")
         args = []
         for name in s.args:
             arg = self.buffers.get(name)
             if arg is None:
                 raise self.error(f"undeclared buffer '{name}' in '{call}'")
-            if arg.rank != 2:
+            if arg.rank != 2 and not (s.fn == MATMUL and arg.rank > 2):  # matmul also takes batches
                 raise self.error(f"{s.fn} needs a matrix: '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
             args.append(arg)
         if s.fn == MATMUL:
             a, b = args
-            if a.shape[1] != b.shape[0]:
+            # a buffer read transposed: the product's operand has its extents reversed
+            ta, tb = s.transposed or (False, False)
+            ba, bb = tuple(a.shape)[:-2], tuple(b.shape)[:-2]
+            if ba and bb and ba != bb:
+                raise self.error(f"matmul needs '{a.name}' and '{b.name}' to have the same batch extents: '{call}'")
+            ea, eb = (tuple(x.shape)[-2:][::-1] if t else tuple(x.shape)[-2:] for x, t in ((a, ta), (b, tb)))
+            if ea[1] != eb[0]:
                 sa = " x ".join(format_affine(e) for e in a.shape)
                 sb = " x ".join(format_affine(e) for e in b.shape)
+                na, nb = (f"transpose({x.name})" if t else x.name for x, t in ((a, ta), (b, tb)))
                 raise self.error(
-                    f"matmul needs the columns of '{a.name}' to match the rows of '{b.name}': "
+                    f"matmul needs the columns of '{na}' to match the rows of '{nb}': "
                     f"'{a.name}' is {sa}, '{b.name}' is {sb}"
                 )
-            want: tuple = (a.shape[0], b.shape[1])
+            want: tuple = (ba or bb) + (ea[0], eb[1])
         else:
             (arg,) = args
             if arg.shape[0] != arg.shape[1]:
@@ -273,7 +282,7 @@ class _Verifier:
         if tuple(out.shape) != tuple(want):
             have = " x ".join(format_affine(e) for e in out.shape) or "0-d"
             need = " x ".join(format_affine(e) for e in want) or "0-d"
-            raise self.error(f"'{s.out}' is {have}, but {s.fn}({', '.join(s.args)}) is {need}")
+            raise self.error(f"'{s.out}' is {have}, but {format_matrix_call(s.fn, s.args, s.transposed)} is {need}")
 
     def define_scalar(self, name: str, kind: str) -> None:
         if name in self.sizes:

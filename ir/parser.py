@@ -43,6 +43,7 @@ from .expr import (
     CSum,
     Expr,
     MatrixFn,
+    format_matrix_call,
     Sum,
     Unary,
     Where,
@@ -297,18 +298,26 @@ class Parser:
         ftok = self.advance()
         fn = ftok.value
         self.expect("(")
-        atok = self.name("a matrix name")
-        args = [atok.value]
-        while self.peek().is_op(","):
-            self.advance()
+        atok = self.peek()
+        args, flags = [], []  # type: list[str], list[bool]
+        while True:
+            flags.append(fn == MATMUL and self.peek().is_word("transpose") and self.peek(1).is_op("("))
+            if flags[-1]:  # matmul(A, transpose(B)): B read transposed
+                self.advance()
+                self.expect("(")
             args.append(self.name("a matrix name").value)
+            if flags[-1]:
+                self.expect(")")
+            if not self.peek().is_op(","):
+                break
+            self.advance()
         ctok = self.peek()
         self.expect(")")
-        call = f"{fn}({', '.join(args)})"
+        call = format_matrix_call(fn, tuple(args), tuple(flags))
         if len(args) != MATRIX_ARITY[fn]:
             want = "two matrices: matmul(A, B)" if fn == MATMUL else f"one matrix: {fn}(A)"
             raise self.error(f"{fn} takes {want} (here: {call})", ctok)
-        node = MatrixFn(fn, *args)
+        node = MatrixFn(fn, *args, transposed=tuple(flags))
         self.record(node, atok)
         given: list[str] = []
         if self.peek().is_op("["):
@@ -320,7 +329,8 @@ class Parser:
                 self.advance()
             self.expect("]")
         order = node.order
-        if len(indices) != order or given != indices:
+        # C[b, i, j] = matmul(A, B)[b, i, j]: a batch of products has more indices
+        if (len(indices) != order and not (fn == MATMUL and len(indices) > 2)) or given != indices:
             lhs = f"{ntok.value}[{', '.join(indices)}]" if indices else ntok.value
             want = f"{ntok.value}[i, j] = {call}[i, j]" if order else f"{ntok.value} = {call}"
             raise self.error(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .diagnostics import TccError
 
 from .bounds import prove_in_bounds
-from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, postorder
+from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
@@ -94,10 +94,10 @@ class _Verifier:
         body = d.body
         assert isinstance(body, MatrixFn)
         fn = body.fn
-        call = f"{fn}({', '.join(body.args)})"
+        call = format_matrix_call(fn, body.args, body.transposed)
         loc = self.p.loc_of(body) or d.loc
         order = body.order
-        if len(d.indices) != order:
+        if len(d.indices) != order and not (fn == MATMUL and len(d.indices) > order):  # a batch of products
             want = f"{d.name}[i, j] = {call}[i, j]" if order else f"{d.name} = {call}"
             raise self.error(
                 f"{fn} gives a {'matrix' if order else 'scalar'}: '{d.name}' must have {order} ind"
@@ -189,6 +189,18 @@ class _Verifier:
                     raise self.error(f"unbound index '{n}' in {text}", loc)
 
 
+def _matmul_batch(a: str, b: str, ea: tuple[Affine, ...], eb: tuple[Affine, ...], loc, program: Program) -> tuple[Affine, ...]:  # noqa: ANN001
+    """The batch extents of ``matmul(A, B)``: the leading extents of ``A`` and ``B``, equal where both
+    have them; a matrix (2 dimensions) is the same for every member of the other's batch."""
+    ba, bb = ea[:-2], eb[:-2]
+    if ba and bb and ba != bb:
+        raise TccError(
+            f"matmul needs '{a}' and '{b}' to have the same batch extents (all but the last two): "
+            f"'{a}' is {' x '.join(map(format_affine, ea))}, '{b}' is {' x '.join(map(format_affine, eb))}",
+            loc, program.source)
+    return ba or bb
+
+
 def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None:
     """The extents of a matrix-function definition: the argument's (inv, adj), () (det,
     logdet), or (rows of A, columns of B) for ``matmul(A, B)``.
@@ -209,25 +221,32 @@ def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None
             rank = len(other.indices) if other is not None else 0
         else:
             rank = len(ext)
-        if rank != 2:
+        if rank != 2 and not (fn == MATMUL and rank > 2):  # matmul also takes batches of matrices
             dims = f"{rank} dimension{'s' if rank != 1 else ''}"
             raise TccError(f"{fn} needs a matrix (2 dimensions): '{name}' has {dims}", loc, program.source)
         exts.append(ext)
     if any(ext is None for ext in exts):
         return None
-    call = f"{fn}({', '.join(body.args)})"
+    call = format_matrix_call(fn, body.args, body.transposed)
     if fn == MATMUL:
         (a, b), (ea, eb) = body.args, exts
         assert ea is not None and eb is not None
-        if ea[1] != eb[0]:
+        batch = _matmul_batch(a, b, tuple(ea), tuple(eb), loc, program)
+        # an argument read transposed: its columns are the rows of the product's operand
+        oa, ob = (tuple(e[-2:])[::-1] if t else tuple(e[-2:]) for e, t in zip((ea, eb), body.transposed))
+        if oa[1] != ob[0]:
+            na, nb = (f"transpose({x})" if t else x for x, t in zip((a, b), body.transposed))
             raise TccError(
-                f"matmul needs the columns of '{a}' to match the rows of '{b}': "
-                f"'{a}' is {format_affine(ea[0])} x {format_affine(ea[1])}, "
-                f"'{b}' is {format_affine(eb[0])} x {format_affine(eb[1])}",
+                f"matmul needs the columns of '{na}' to match the rows of '{nb}': "
+                f"'{a}' is {' x '.join(map(format_affine, ea))}, '{b}' is {' x '.join(map(format_affine, eb))}",
                 loc,
                 program.source,
             )
-        result: tuple[Affine, ...] = (ea[0], eb[1])
+        result: tuple[Affine, ...] = batch + (oa[0], ob[1])
+        if len(d.indices) != len(result):
+            raise TccError(
+                f"{call} has {len(result)} dimensions: '{d.name}' must have {len(result)} indices, "
+                f"not {len(d.indices)}", d.loc, program.source)
     else:
         (name,), (ext,) = body.args, exts
         assert ext is not None

@@ -1,4 +1,4 @@
-"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V).
+"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V; issue 13).
 
 A definition
 
@@ -21,7 +21,7 @@ does it an order of magnitude faster than tcc's own loops.
 
 **What is matched.**
 
-* ``D`` has exactly two indices and known extents; its body is one ``sum``
+* ``D`` has two indices (more: a batch, below) and known extents; its body is one ``sum``
   over a range ``0..N - 1`` with ``N - 1`` over sizes only (not ``a``, ``b``)
   and ``N >= 0`` provable (an empty range stays an empty sum), possibly inside
   a product with factors that depend on ``a`` only, on ``b`` only or on no
@@ -37,14 +37,63 @@ does it an order of magnitude faster than tcc's own loops.
   its own anyway; then they go right and no copy of ``P`` is made.  A
   negation goes with them.  Both sides must mention ``z``.
 * A side that is exactly ``P[a, z]`` (``Q[z, b]``) for a tensor whose extents
-  are the side's is used directly; a transposed read ``X[z, a]`` is not, and
-  gets a transposed copy.
+  are the side's is used directly, and so is a transposed read ``P[z, a]``
+  (``Q[b, z]``) of a tensor with the reversed extents: it is the argument
+  ``transpose(P)``, which NumPy hands BLAS as stored with the transpose flag
+  (``sum[z](X[z, a] * X[z, b])`` is ``matmul(transpose(X), X)``, the dense
+  layer's ``X[a, z] * W[c, z]`` is ``matmul(X, transpose(W))``): no copy.
+  NumPy's ``matmul``, given one buffer twice with one of them transposed,
+  calls BLAS's ``syrk`` for such a Gram matrix: half the multiply-adds.
+  Any other side gets an element-wise definition of its own, stored the way
+  round most of its accesses read the two indices (``dY[z, c] * Y[z, c]``
+  on the side ``[c, z]`` is defined as ``S[z, c]`` and passed as
+  ``transpose(S)``: its kernel writes contiguously and shares a nest with
+  its neighbours); a side equal to one already outlined in the program (the
+  same body over the same extents, up to the names of its two indices) is
+  that definition again -- the dense layer's ``dX`` and ``dW`` products
+  read one ``dY * (1 - Y**2)``, once as stored and once transposed.
 * Tiny products are not worth a call: when every extent is a constant and
-  ``p * q * r < min-work`` (default 32768) the definition stays.  Symbolic
-  extents count as large.
+  ``p * q * r < min-work`` (default 32768; times the batch extents for a
+  batch) the definition stays.  Symbolic extents count as large.
 
-New definitions are named ``<D>_lhs`` / ``<D>_rhs`` (made fresh), are
-``local``, and are placed right before ``D``; the sum's variable becomes the
+**Batches of products.**  A definition ``D[h..., a, b]`` with more than two
+indices is a batch of products over its leading indices ``h...`` (the
+attention scores ``S[h, i, j] = sum[z](Q[h, i, z] * K[h, j, z])``): factors
+may also depend on the batch indices, and a factor on the batch only goes
+with the ``z``-only ones.  A side reads ``P[h..., a, z]`` (or transposed,
+``P[h..., z, a]``) as it is stored; a side on no batch index is one matrix
+for the whole batch (``sum[z](Q[h, i, z] * W[z, j])`` is ``matmul(Q, W)``);
+an outlined side has the batch indices first when one of its factors
+depends on them.  At least one side must vary along the batch.  The result
+is ``D[h..., a, b] = matmul(L, R)[h..., a, b]``, which NumPy runs as one
+``np.matmul`` of stacked matrices (a GEMM per member, transpose flags
+included).
+
+**The epilogue split.**  A definition that is not such a product as a
+whole but wraps contractions in element-wise work -- the dense layer
+``Y[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])``, ``2 * sum[z](...) -
+D[a, b]``, a sum or product of several contractions -- is split: each
+``sum`` whose free indices are two or more of ``D``'s and which the rules
+above accept as the body of a definition ``D_mm[h..., x, y]`` (``D``'s
+extents; ``x``, ``y`` the last two of the sum's indices in ``D``'s order,
+else the first other pair that matches, the rest the batch in ``D``'s
+order; ``min-work`` included) becomes that definition and its ``matmul``,
+and ``D`` reads ``D_mm[h..., x, y]`` in its place:
+
+    Y_mm[a, c] = matmul(X, transpose(W))[a, c]
+    Y[a, c] = tanh(Y_mm[a, c] + b[c])          # the epilogue: element-wise
+
+Sums are tried outermost first; one that does not match is searched for
+matching sums inside it.  A sum inside one that binds an index of ``D`` is
+left alone, and so is a sum inside a ``where``: the loops compute it only
+where the guard holds (a Hessian's block diagonal), a product everywhere.  The same contraction written twice is one node and one
+product.  The epilogue is an ordinary element-wise definition for the loop
+passes (``fuse`` merges it with its neighbours, ``parallel`` marks it); it
+costs one extra write and read of ``D_mm``, small beside the
+``p * q * r`` multiply-adds that ``min-work`` asks for.
+
+New definitions are named ``<D>_lhs`` / ``<D>_rhs`` / ``<D>_mm`` (made
+fresh), are ``local``, and are placed right before ``D``; the sum's variable becomes the
 inner index of both.  The rewritten program is again a program of the
 language: it prints, parses back and runs in the interpreter.
 
@@ -53,6 +102,7 @@ pipeline has no such external kernels (``target=cuda`` refuses ``matmul``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tcc.ir.expr import (
@@ -64,8 +114,13 @@ from tcc.ir.expr import (
     MatrixFn,
     Sum,
     Unary,
+    Where,
+    bound_vars,
     free_names,
     fresh_name,
+    postorder,
+    substitute,
+    transform,
 )
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import program_facts
@@ -118,6 +173,24 @@ def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[
     return negated
 
 
+def _reads_flipped(factors: list[Expr], first: str, second: str) -> bool:
+    """Whether most accesses of ``factors`` that use both indices put ``second`` before ``first``.
+
+    An outlined side is then defined as ``S[second, first]`` and passed as
+    ``transpose(S)``: its kernel writes in the order its operands are read
+    (the dense layer's ``dW_lhs[c, z] = dY[z, c] * ...`` becomes
+    ``dW_lhs[z, c]``, the same nest as ``dX_lhs[a, z]``, which ``fuse`` merges).
+    """
+    votes = 0
+    for f in factors:
+        for n in postorder(f):
+            if isinstance(n, Access):
+                pos = {v: k for k, ix in enumerate(n.indices) for v in ix.names()}
+                if first in pos and second in pos and pos[first] != pos[second]:
+                    votes += 1 if pos[second] < pos[first] else -1
+    return votes > 0
+
+
 def _product(factors: list[Expr], negated: bool) -> Expr:
     body = factors[0]
     for f in factors[1:]:
@@ -132,87 +205,197 @@ class _Rewriter:
         self.sizes = set(program.sizes())
         self.facts = program_facts(self.sizes)
         self.taken = program.names_in_use()
+        # outlined sides by (body over canonical index names, extents): an equal one is reused
+        self.outlined: dict[tuple, str] = {}
+        self.canon: tuple[Affine, ...] = ()
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
         self.taken.add(name)
         return name
 
+    def canonical(self, k: int) -> Affine:
+        """The ``k``-th index name outlined sides are compared under (see :meth:`outline`)."""
+        while len(self.canon) <= k:
+            self.canon += (Affine.var(self.fresh(f"_blas_{len(self.canon)}")),)
+        return self.canon[k]
+
     def plain(self, factors: list[Expr], negated: bool, first: str, second: str,
-              extents: tuple[Affine, Affine]) -> str | None:
-        """The tensor a side reads if it is exactly ``P[first, second]`` with the side's extents."""
+              extents: tuple[Affine, Affine], batch: tuple[str, ...] = (),
+              bext: tuple[Affine, ...] = ()) -> tuple[str, bool] | None:
+        """``(P, False)`` if a side is exactly ``P[batch..., first, second]`` with the side's extents,
+        ``(P, True)`` if it is ``P[batch..., second, first]`` with the last two reversed (read
+        transposed); with a batch, also ``P[first, second]`` (``P[second, first]``): one matrix
+        for every member of the batch."""
         if negated or len(factors) != 1 or not isinstance(factors[0], Access):
             return None
         acc = factors[0]
-        if acc.indices != (Affine.var(first), Affine.var(second)):
-            return None
         ext = self.program.extents_of(acc.tensor)
-        return acc.tensor if ext is not None and tuple(ext) == extents else None
+        if ext is None or first == second:
+            return None
+        pair = (Affine.var(first), Affine.var(second))
+        leads = [(tuple(Affine.var(x) for x in batch), bext)] + ([((), ())] if batch else [])
+        for lead, lead_ext in leads:
+            for flip in (False, True):
+                want = lead + (pair[::-1] if flip else pair), lead_ext + (extents[::-1] if flip else extents)
+                if acc.indices == want[0] and tuple(ext) == want[1]:
+                    return acc.tensor, flip
+        return None
 
     def rewrite(self, d: Definition) -> list[Definition]:
-        """``[d]`` unchanged, or the new side definitions followed by ``d = matmul(...)``."""
-        if len(d.indices) != 2 or d.extents is None or isinstance(d.body, MatrixFn):
+        """``[d]`` unchanged, or the new definitions followed by ``d`` as a ``matmul`` or an epilogue."""
+        if d.extents is None or isinstance(d.body, MatrixFn):
             return [d]
-        try:
-            return self.match(d)
-        except _NoMatch:
-            return [d]
+        if len(d.indices) >= 2:
+            try:
+                return self.match(d)
+            except _NoMatch:
+                pass
+        return self.split(d)
 
-    def match(self, d: Definition) -> list[Definition]:
-        a, b = d.indices
+    def split(self, d: Definition) -> list[Definition]:
+        """The epilogue split: each matchable contraction inside ``d``'s body becomes a definition of its own.
+
+        A contraction is a ``sum`` whose free indices are two or more of
+        ``d``'s; it is tried outermost first (a sum that does not match is
+        searched for matching sums inside it).  Each one that :meth:`match`
+        accepts as the body of ``<D>_mm[batch..., x, y]`` (``d``'s extents;
+        ``x``, ``y`` the last two of its indices in ``d``'s order, else any
+        other two, the rest the batch in ``d``'s order) becomes that
+        definition -- and its ``matmul`` -- and ``d`` reads it in its place.
+        """
         assert d.extents is not None
-        p, r = d.extents
-        # factors outside the sum: D = c * u[a] * sum[z](F) * v[b] (each on a, on b, or on nothing)
-        outer: list[Expr] = []
+        extent = dict(zip(d.indices, d.extents))
+        out: list[Definition] = []
+        mapping: dict[Expr, Expr] = {}
+        stack = [d.body]
+        seen: set[int] = set()
+        memo: dict[Expr, tuple[str, ...]] = {}
+        while stack:
+            e = stack.pop()
+            if id(e) in seen or e in mapping:
+                continue
+            seen.add(id(e))
+            if set(bound_vars(e)) & set(d.indices) or isinstance(e, Where):
+                # a sum that shadows an index of d reads another variable inside; a guarded
+                # contraction is computed only where its guard holds (a Hessian's diagonal block)
+                continue
+            free = set(free_names(e, memo)) if isinstance(e, Sum) else set()  # memo: linear on deep bodies
+            names = [x for x in d.indices if x in free]
+            if len(names) >= 2 and not free - self.sizes - set(names):
+                name = fresh_name(f"{d.name}_mm", self.taken)
+                for order in _orders(names):
+                    try:
+                        new = self.match(Definition(name, order, e, tuple(extent[x] for x in order), d.loc))
+                    except _NoMatch:
+                        continue
+                    self.taken.add(name)
+                    out.extend(new)
+                    mapping[e] = Access(name, tuple(Affine.var(x) for x in order))
+                    break
+                if e in mapping:
+                    continue
+            stack.extend(reversed(e.children()))
+        if not mapping:
+            return [d]
+        return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
+
+    def contraction(self, d: Definition) -> tuple[list[Expr], bool, Sum]:
+        """``d``'s factors (those outside the one sum, then the summand's, as written), whether an
+        odd number of negations was passed, and the sum; checks its range and ``min-work``."""
+        *batch, a, b = d.indices
+        assert d.extents is not None
+        outer: list[Expr] = []  # D = c * u[a] * sum[z](F) * v[b] (each on a, on b, or on neither)
         negated = _factors(d.body, self.sizes, a, b, False, outer, keep_sums=True)
         sums = [f for f in outer if isinstance(f, Sum) and {a, b} <= set(free_names(f))]
         if len(sums) != 1:
             raise _NoMatch
         s = sums[0]
         at = outer.index(s)
-        z = s.var
         zero = Affine.constant(0)
         if s.lo != (zero,) or len(s.hi) != 1 or not set(s.hi[0].names()) <= self.sizes:
             raise _NoMatch
         q = s.hi[0] + 1
         if not self.facts.implies(Compare(">=", q, zero)):
             raise _NoMatch  # the range may be empty: L and R would get negative extents
-        if all(e.is_constant for e in (p, q, r)) and p.const * q.const * r.const < self.min_work:
+        work = tuple(d.extents) + (q,)
+        if all(e.is_constant for e in work) and math.prod(e.const for e in work) < self.min_work:
             raise _NoMatch  # tiny: a call costs more than the loops
         inner: list[Expr] = []
         negated = _factors(s.body, self.sizes, a, b, negated, inner)
-        factors = outer[:at] + inner + outer[at + 1:]  # in the order they are written
+        return outer[:at] + inner + outer[at + 1:], negated, s
+
+    def match(self, d: Definition) -> list[Definition]:
+        """``d`` as ``matmul`` of two sides (``d``'s last two indices the product's, the rest its batch)."""
+        factors, negated, s = self.contraction(d)
+        *batch, a, b = d.indices
+        assert d.extents is not None
+        *bext, p, r = d.extents
+        z, q = s.var, s.hi[0] + 1
         side: dict[int, str] = {}
+        on_batch: dict[int, bool] = {}
         for k, f in enumerate(factors):
             names = set(free_names(f)) - self.sizes
-            if names - {a, b, z} or {a, b} <= names:
+            if names - {*batch, a, b, z} or {a, b} <= names:
                 raise _NoMatch  # on a and b, or on a name that is neither (say a sum variable)
             side[k] = "left" if a in names else "right" if b in names else ""
+            on_batch[k] = bool(names & set(batch))
         left = [f for k, f in enumerate(factors) if side[k] == "left"]
         right = [f for k, f in enumerate(factors) if side[k] == "right"]
-        # factors on z or on nothing, and a negation, go left -- unless the left is a plain
-        # read P[a, z] and the right needs a definition of its own anyway
-        to_right = (self.plain(left, False, a, z, (p, q)) is not None and bool(right)
-                    and self.plain(right, False, z, b, (q, r)) is None)
+        shape = (tuple(batch), tuple(bext))
+        # factors on z, the batch or nothing, and a negation, go left -- unless the left is a
+        # plain read P[a, z] and the right needs a definition of its own anyway
+        to_right = (self.plain(left, False, a, z, (p, q), *shape) is not None and bool(right)
+                    and self.plain(right, False, z, b, (q, r), *shape) is None)
         extra = "right" if to_right else "left"
-        left = [f for k, f in enumerate(factors) if side[k] == "left" or (not side[k] and extra == "left")]
-        right = [f for k, f in enumerate(factors) if side[k] == "right" or (not side[k] and extra == "right")]
-        neg_left, neg_right = negated and not to_right, negated and to_right
+        ks = {w: [k for k in side if side[k] == w or (not side[k] and extra == w)] for w in ("left", "right")}
+        left, right = ([factors[k] for k in ks[w]] for w in ("left", "right"))
         if not any(z in free_names(f) for f in left) or not any(z in free_names(f) for f in right):
             raise _NoMatch
+        if batch and not any(on_batch[k] for k in side):
+            raise _NoMatch  # neither side varies along the batch: not a batch of products
         out: list[Definition] = []
-
-        def outline(fs: list[Expr], neg: bool, first: str, second: str, ext: tuple[Affine, Affine], suffix: str) -> str:
-            name = self.plain(fs, neg, first, second, ext)
-            if name is None:
-                name = self.fresh(f"{d.name}_{suffix}")
-                out.append(Definition(name, (first, second), _product(fs, neg), ext, d.loc))
-            return name
-
-        lhs = outline(left, neg_left, a, z, (p, q), "lhs")
-        rhs = outline(right, neg_right, z, b, (q, r), "rhs")
-        out.append(Definition(d.name, d.indices, MatrixFn("matmul", lhs, rhs), d.extents, d.loc))
+        lhs = self.outline(d, left, negated and not to_right, (a, z), (p, q), shape, "lhs", out)
+        rhs = self.outline(d, right, negated and to_right, (z, b), (q, r), shape, "rhs", out)
+        body = MatrixFn("matmul", lhs[0], rhs[0], transposed=(lhs[1], rhs[1]))
+        out.append(Definition(d.name, d.indices, body, d.extents, d.loc))
         return out
+
+    def outline(self, d: Definition, fs: list[Expr], neg: bool, pair: tuple[str, str], ext: tuple[Affine, Affine],
+                shape: tuple[tuple[str, ...], tuple[Affine, ...]], suffix: str, out: list[Definition]) -> tuple[str, bool]:
+        """The tensor a side reads and whether it is read transposed, appending its definition
+        to ``out`` when it needs one.
+
+        The definition is stored the way round most of its accesses read
+        ``pair`` (a contiguous write), has the batch indices first when a
+        factor depends on one (else it is one matrix for the whole batch),
+        and is reused when an equal side (same body and extents, up to index
+        names) was outlined before.
+        """
+        first, second = pair
+        read = self.plain(fs, neg, first, second, ext, *shape)
+        if read is not None:
+            return read
+        batch, bext = shape
+        if not any(set(batch) & set(free_names(f)) for f in fs):
+            batch, bext = (), ()
+        flip = _reads_flipped(fs, first, second)
+        idx = tuple(batch) + ((second, first) if flip else (first, second))
+        extents = tuple(bext) + (ext[::-1] if flip else ext)
+        body = _product(fs, neg)
+        key = (substitute(body, {x: self.canonical(k) for k, x in enumerate(idx)}), extents)
+        if key not in self.outlined:  # the gradients of X W^T read dY * (1 - Y^2) both ways round: one
+            self.outlined[key] = self.fresh(f"{d.name}_{suffix}")
+            out.append(Definition(self.outlined[key], idx, body, extents, d.loc))
+        return self.outlined[key], flip
+
+
+def _orders(names: list[str]) -> list[tuple[str, ...]]:
+    """Index orders ``batch + (x, y)`` to try a contraction on ``names`` in: the last two as the
+    product's first, then every other pair; the batch keeps the order of ``names``."""
+    pairs = [(names[-2], names[-1])] + [
+        (x, y) for x in names for y in names if x != y and (x, y) != (names[-2], names[-1])]
+    return [tuple(n for n in names if n not in pair) + pair for pair in pairs]
 
 
 def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK) -> Program:
@@ -236,7 +419,8 @@ class Blas(Pass):
 
     name = "blas"
     level = Level.INDEX
-    summary = "contractions D[a, b] = sum[z](left[a, z] * right[z, b]) become D = matmul(L, R), run by BLAS"
+    summary = ("contractions D[a, b] = sum[z](left[a, z] * right[z, b]), alone or inside element-wise work, "
+               "become matmul(L, R) definitions, run by BLAS")
 
     # p * q * r below which a product with constant extents keeps its loops
     min_work: int = DEFAULT_MIN_WORK

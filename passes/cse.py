@@ -163,7 +163,7 @@ class _Shapes:
         elif isinstance(n, CSum):
             head = ("csum", len(n.vars), len(n.constraints))
         elif isinstance(n, MatrixFn):
-            head = ("matrix", n.fn, n.args)
+            head = ("matrix", n.fn, n.args, n.transposed)
         else:
             head = (type(n).__name__,)
         return self._ids.setdefault(head + kids, len(self._ids))

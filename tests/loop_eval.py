@@ -227,7 +227,8 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
                 if np.isnan(arg).any():
                     raise AssertionError(f"{s} reads elements of '{name}' that no kernel wrote")
                 run.counts["loads"] += arg.size
-            run.buffers[s.out][...] = matrix_function(s.fn, *args)
+            flags = s.transposed or (False,) * len(args)
+            run.buffers[s.out][...] = matrix_function(s.fn, *(np.swapaxes(a, -1, -2) if t else a for a, t in zip(args, flags)))
         else:  # pragma: no cover
             raise TypeError(s)
 

@@ -13,7 +13,7 @@ import re
 from typing import Mapping
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import Access, Expr, Where, postorder, transform
+from tcc.ir.expr import Access, Expr, Where, format_matrix_call, postorder, transform
 from tcc.ir.index import Affine
 from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, stmt_exprs, walk_stmts
 
@@ -53,9 +53,10 @@ def band_extents(band: tuple[For, ...], sizes: Mapping[str, int]) -> tuple[int, 
     return tuple(counts)
 
 
-def cuda_refusal(fn: str, arg: "str | tuple[str, ...]", out: str, loc=None, source=None) -> TccError:  # noqa: ANN001
+def cuda_refusal(fn: str, arg: "str | tuple[str, ...]", out: str, loc=None, source=None,  # noqa: ANN001
+                 transposed: tuple[bool, ...] = ()) -> TccError:
     """The error for a matrix function or product in a program compiled for target cuda."""
-    args = arg if isinstance(arg, str) else ", ".join(arg)
+    args = arg if isinstance(arg, str) else format_matrix_call(fn, arg, transposed)[len(fn) + 1:-1]
     if fn == "matmul":
         what, library = "matrix products", "BLAS"
     else:

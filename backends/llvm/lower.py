@@ -72,7 +72,7 @@ def lower_program(
     for kernel in program.kernels:
         ext = kernel.extern
         if ext is not None and tgt.abi == "grid":
-            raise cuda_refusal(ext.fn, ext.args, ext.out)
+            raise cuda_refusal(ext.fn, ext.args, ext.out, transposed=ext.transposed)
     for index, kernel in enumerate(program.kernels):
         if kernel.extern is not None:
             symbols.append("")  # run by the runtime on the host: no code here

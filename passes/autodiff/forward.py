@@ -375,11 +375,15 @@ class _Forward(Derivation):
         """``C = matmul(A, B)``: ``dC[i, j] = Σ_k dA[i, k] · B[k, j] + Σ_k A[i, k] · dB[k, j]``."""
         assert isinstance(h.body, MatrixFn)
         a, b = h.body.args
-        inner = self.extents_of(a)[1]
+        ta, tb = h.body.transposed  # an argument read transposed: its last two indices swap
+        ea, eb = self.extents_of(a), self.extents_of(b)
+        inner = ea[-2 if ta else -1]
         k = self.allocate(f"{dname}_k")
-        i, j, K = Affine.var(h.indices[0]), Affine.var(h.indices[1]), Affine.var(k)
+        *batch, i, j = (Affine.var(x) for x in h.indices)  # a batch of products: the batch indices lead
+        K = Affine.var(k)
         zero = (Affine.constant(0),)
-        a_ik, b_kj = Access(a, (i, K)), Access(b, (K, j))
+        pa, pb = (tuple(batch) if len(ea) > 2 else ()), (tuple(batch) if len(eb) > 2 else ())
+        a_ik, b_kj = Access(a, pa + ((K, i) if ta else (i, K))), Access(b, pb + ((j, K) if tb else (K, j)))
         da, db = access_tangent(a_ik), access_tangent(b_kj)
         out: Expr | None = None
         for body in ([] if da is None else [mul(da, b_kj)]) + ([] if db is None else [mul(a_ik, db)]):

@@ -212,32 +212,50 @@ def matrix_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str
     return Binary("-", mul(inv_t, whole), rows)
 
 
-def matmul_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str] | None, position: int) -> Expr:
+def matmul_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str] | None, position: int,
+                other_rank: int = 2) -> Expr:
     """The contribution of ``h = matmul(A, B)`` to ``dA[β]`` (``position`` 0) or ``dB[β]`` (1).
 
-    ``seed`` is ``h``'s adjoint at ``h``'s own indices ``(i, j)``; the rule
-    sums it over the index of ``h`` that ``β`` does not fix, reusing that
-    index as the summation variable.  With ``at`` the seed is the delta
-    δ((i, j), at): the sum collapses to a guard.
+    ``seed`` is ``h``'s adjoint at ``h``'s own indices ``(batch..., i, j)``;
+    the rule sums it over the index of ``h`` that ``β`` does not fix, reusing
+    that index as the summation variable -- and over ``h``'s batch indices
+    when the argument is one matrix for the whole batch.  An argument read
+    transposed swaps its last two indices; ``other_rank`` is the other
+    argument's number of indices.  With ``at`` the seed is the delta
+    δ(h's indices, at): the sums collapse to a guard.
     """
     body = h.body
     assert isinstance(body, MatrixFn) and body.fn == "matmul" and h.extents is not None
-    a, b = body.args
-    r, c = (Affine.var(x) for x in beta)
-    i, j = h.indices
+    nb = len(h.indices) - 2
+    batch, (i, j) = [Affine.var(x) for x in h.indices[:nb]], h.indices[nb:]
+    mine = (len(beta) > 2) if nb else False  # the differentiated argument has the batch indices
+    fixed = [Affine.var(x) for x in beta[:-2]] if mine else batch  # the batch of this term's reads
+    r, c = (Affine.var(x) for x in beta[-2:])
+    swap = body.transposed[position]
+    row, col = (c, r) if swap else (r, c)
+    g = [Affine.var(x) for x in at] if at is not None else []
+    other, other_t, other_batched = body.args[1 - position], body.transposed[1 - position], other_rank > 2
+
+    def op_other(x: Affine, y: Affine, b: list[Affine]) -> Access:  # element (x, y) of the other operand
+        return Access(other, (tuple(b) if other_batched else ()) + ((y, x) if other_t else (x, y)))
+
     zero = Affine.constant(0)
-    if position == 0:  # dA[r, c] = sum[j](S[r, j] * B[c, j])
-        if at is not None:
-            g0, g1 = (Affine.var(g) for g in at)
-            return Where(Compare("==", r, g0), Access(b, (c, g1)), ZERO)
-        term = mul(substitute(seed, {i: r}), Access(b, (c, Affine.var(j))))
-        return Sum(j, (zero,), (h.extents[1] - 1,), term)
-    # dB[r, c] = sum[i](A[i, r] * S[i, c])
     if at is not None:
-        g0, g1 = (Affine.var(g) for g in at)
-        return Where(Compare("==", c, g1), Access(a, (g0, r)), ZERO)
-    term = mul(Access(a, (Affine.var(i), r)), substitute(seed, {j: c}))
-    return Sum(i, (zero,), (h.extents[0] - 1,), term)
+        conds = [Compare("==", row, g[nb])] if position == 0 else [Compare("==", col, g[nb + 1])]
+        conds += [Compare("==", f, x) for f, x in zip(fixed, g[:nb])] if mine else []
+        pick = op_other(col, g[nb + 1], g[:nb]) if position == 0 else op_other(g[nb], row, g[:nb])
+        return Where(conds[0] if len(conds) == 1 else And(tuple(conds)), pick, ZERO)
+    rename = {x: f for x, f in zip(h.indices[:nb], fixed)} if mine else {}
+    if position == 0:  # dA[r, c] = sum[j](S[r, j] * B[c, j]) (r, c swapped when A is read transposed)
+        term = mul(substitute(seed, {**rename, i: row}), op_other(col, Affine.var(j), fixed))
+        out: Expr = Sum(j, (zero,), (h.extents[-1] - 1,), term)
+    else:  # dB[r, c] = sum[i](A[i, r] * S[i, c]) (r, c swapped when B is read transposed)
+        term = mul(op_other(Affine.var(i), row, fixed), substitute(seed, {**rename, j: col}))
+        out = Sum(i, (zero,), (h.extents[-2] - 1,), term)
+    if nb and not mine:  # one matrix for the whole batch: its adjoint sums over the batch
+        for x, e in reversed(list(zip(h.indices[:nb], h.extents[:nb]))):
+            out = Sum(x, (zero,), (e - 1,), out)
+    return out
 
 
 def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = False) -> Program:
@@ -362,7 +380,8 @@ class _Reverse(Derivation):
             if isinstance(acc, int):  # argument acc of a matrix function; inner is h's seed
                 assert isinstance(h.body, MatrixFn)
                 if h.body.fn == "matmul":
-                    body = add(body, matmul_term(h, inner, beta, at, acc))
+                    other = self.program.extents_of(h.body.args[1 - acc])
+                    body = add(body, matmul_term(h, inner, beta, at, acc, len(other) if other is not None else 2))
                     continue
                 inverse = h.name if h.body.fn == "inv" else inverses[t]
                 body = add(body, matrix_term(h, inner, beta, at, inverse))
