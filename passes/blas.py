@@ -92,6 +92,27 @@ passes (``fuse`` merges it with its neighbours, ``parallel`` marks it); it
 costs one extra write and read of ``D_mm``, small beside the
 ``p * q * r`` multiply-adds that ``min-work`` asks for.
 
+**Matrix-vector products.**  In the epilogue split (so also for a whole
+body), a ``sum[z: 0..N - 1]`` whose free indices are exactly one index
+``x`` of ``D`` (and sizes) is a matrix-vector product when its summand's
+factors split into those on ``x`` (and ``z``), the matrix side, and those
+on ``z`` alone or on nothing, the vector side, each side mentioning ``z``
+(a divisor free of ``x`` is a factor of its own):
+
+    y[i] = sum[j](A[i, j] * x[j])             # g[j] = sum[i](x[i] * A[i, j]) alike
+    y_rhs[j, u] = x[j]                        # the vector as an N x 1 matrix (u: extent 1)
+    y_mm[i, u] = matmul(A, y_rhs)[i, u]       # matmul(transpose(A), g_rhs) for the column read
+    y[i] = y_mm[i, 0]
+
+The matrix side is read in place when it is ``P[x, z]`` or ``P[z, x]``,
+else outlined like any side; the vector side always gets its ``N x 1``
+definition (``N`` writes beside the ``p * N`` multiply-adds; equal ones
+are shared, as in the quadratic form's gradient ``(A + A^T) x``).  NumPy
+runs a matrix times an ``N x 1`` matrix, transposed or not, as one BLAS
+call, instead of a loop nest that strides through ``A`` for a column read.
+``min-work`` counts ``p * N``.  No other part of the compiler needs to know:
+the product is an ordinary ``matmul`` of two matrices.
+
 New definitions are named ``<D>_lhs`` / ``<D>_rhs`` / ``<D>_mm`` (made
 fresh), are ``local``, and are placed right before ``D``; the sum's variable becomes the
 inner index of both.  The rewritten program is again a program of the
@@ -295,10 +316,55 @@ class _Rewriter:
                     break
                 if e in mapping:
                     continue
+            elif len(names) == 1 and not free - self.sizes - set(names):
+                found = self.matvec(d, e, names[0], extent[names[0]], out)
+                if found is not None:
+                    mapping[e] = found
+                    continue
             stack.extend(reversed(e.children()))
         if not mapping:
             return [d]
         return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
+
+    def matvec(self, d: Definition, s: Expr, x: str, p: Affine, out: list[Definition]) -> Expr | None:
+        """A product of a matrix and a vector, ``sum[z](M[x, z] * v[z])`` (``M`` possibly read as
+        ``M[z, x]``), as ``<D>_mm[x, u] = matmul(M, V)[x, u]`` with ``V[z, u] = v[z]`` and ``u`` a
+        unit index (extent 1): NumPy runs a matrix times an ``n x 1`` one as a matrix-vector
+        product.  Returns the access ``<D>_mm[x, 0]`` that replaces ``s``, or ``None``."""
+        if not isinstance(s, Sum) or len(s.hi) != 1 or s.lo != (Affine.constant(0),):
+            return None
+        if not set(s.hi[0].names()) <= self.sizes:
+            return None
+        z, q = s.var, s.hi[0] + 1
+        if not self.facts.implies(Compare(">=", q, Affine.constant(0))):
+            return None
+        if p.is_constant and q.is_constant and p.const * q.const < self.min_work:
+            return None  # tiny: a call costs more than the loops
+        factors: list[Expr] = []
+        negated = _factors(s.body, self.sizes, x, "", False, factors)  # "": no factor mixes a pair
+        k = 0
+        while k < len(factors):  # (x[z] * A[x, z]) / c: the divisor is a factor of its own
+            f = factors[k]
+            if isinstance(f, Binary) and f.op == "/" and x not in free_names(f.rhs) and x in free_names(f.lhs):
+                sub: list[Expr] = []
+                negated = _factors(f.lhs, self.sizes, x, "", negated, sub)
+                factors[k:k + 1] = sub + [Binary("/", ONE, f.rhs)]
+            else:
+                k += 1
+        mat = [f for f in factors if x in free_names(f)]
+        vec = [f for f in factors if x not in free_names(f)]
+        if any(set(free_names(f)) - self.sizes - {x, z} for f in factors):
+            return None  # a factor on a bound variable of an inner sum
+        if not any(z in free_names(f) for f in mat) or not any(z in free_names(f) for f in vec):
+            return None
+        u = self.fresh("_u")
+        one = Affine.constant(1)
+        name = self.fresh(f"{d.name}_mm")
+        lhs = self.outline(d, mat, False, (x, z), (p, q), ((), ()), "lhs", out)
+        rhs = self.outline(d, vec, negated, (z, u), (q, one), ((), ()), "rhs", out)
+        body = MatrixFn("matmul", lhs[0], rhs[0], transposed=(lhs[1], rhs[1]))
+        out.append(Definition(name, (x, u), body, (p, one), d.loc))
+        return Access(name, (Affine.var(x), Affine.constant(0)))
 
     def contraction(self, d: Definition) -> tuple[list[Expr], bool, Sum]:
         """``d``'s factors (those outside the one sum, then the summand's, as written), whether an

@@ -539,7 +539,7 @@ UNTOUCHED = {
     "a sum not starting at 0": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 1..k - 1](A[i, z] * B[z, j])\n",
     "a guarded contraction (computed only where the guard holds)":
         "input A[n, k], B[k, m]\nC[i, j] = where(i <= j, sum[z](A[i, z] * B[z, j]), 0) + 1\n",
-    "one index": "input A[n, k], x[k]\ny[i] = sum[z](A[i, z] * x[z])\n",
+    "a dot product": "input x[k], w[k]\ny = sum[z](w[z] * x[z])\n",
     "a small constant-size contraction": "input A[16, 32], B[32, 63]\nC[i, j] = sum[z](A[i, z] * B[z, j])\n",
     "a range that depends on a": "input A[n, n], B[n, m]\nC[i, j] = sum[z: 0..i](A[i, z] * B[z, j])\n",
     "a range that may be empty": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 0..k - 2](A[i, z] * B[z, j])\n",
@@ -728,7 +728,9 @@ def test_emit_loops_shows_the_extern(tmp_path, capsys):
     assert err == "" and "kernel dw2 {\n  extern matmul(dw2_lhs, X) -> dw2\n}" in out
     assert main(["compile", str(path), "--emit", "llvm"]) == 0
     out, _ = capsys.readouterr()
-    assert out.startswith("; kernel dw2: extern matmul(dw2_lhs, X) -> dw2 runs on the host (BLAS through NumPy)")
+    # the first kernel is the forward matrix-vector product z = X w, the last the Hessian's product
+    assert out.startswith("; kernel z_mm: extern matmul(X, z_rhs) -> z_mm runs on the host (BLAS through NumPy)")
+    assert "; kernel dw2: extern matmul(dw2_lhs, X) -> dw2 runs on the host (BLAS through NumPy)" in out
     # tcc run writes the program's definitions, not the outlined factor
     rng = np.random.default_rng(3)
     X, w, y = rng.standard_normal((6, 4)), rng.standard_normal(4), rng.choice([-1.0, 1.0], 6)
