@@ -97,15 +97,17 @@ body), a ``sum[z: 0..N - 1]`` whose free indices are exactly one index
 ``x`` of ``D`` (and sizes) is a matrix-vector product when its summand's
 factors split into those on ``x`` (and ``z``), the matrix side, and those
 on ``z`` alone or on nothing, the vector side, each side mentioning ``z``
-(a divisor free of ``x`` is a factor of its own):
+(a divisor not on both is a factor of its own):
 
     y[i] = sum[j](A[i, j] * x[j])             # g[j] = sum[i](x[i] * A[i, j]) alike
     y_rhs[j, u] = x[j]                        # the vector as an N x 1 matrix (u: extent 1)
     y_mm[i, u] = matmul(A, y_rhs)[i, u]       # matmul(transpose(A), g_rhs) for the column read
     y[i] = y_mm[i, 0]
 
-The matrix side is read in place when it is ``P[x, z]`` or ``P[z, x]``,
-else outlined like any side; the vector side always gets its ``N x 1``
+The matrix side must be a plain read ``P[x, z]`` or ``P[z, x]`` (read in
+place; factors on ``x`` alone multiply the result instead): an outlined
+matrix would be written and read again, as much memory traffic as the
+loops' own pass over it, so such sums stay loops.  The vector side always gets its ``N x 1``
 definition (``N`` writes beside the ``p * N`` multiply-adds; equal ones
 are shared, as in the quadratic form's gradient ``(A + A^T) x``).  NumPy
 runs a matrix times an ``N x 1`` matrix, transposed or not, as one BLAS
@@ -345,26 +347,27 @@ class _Rewriter:
         k = 0
         while k < len(factors):  # (x[z] * A[x, z]) / c: the divisor is a factor of its own
             f = factors[k]
-            if isinstance(f, Binary) and f.op == "/" and x not in free_names(f.rhs) and x in free_names(f.lhs):
+            if isinstance(f, Binary) and f.op == "/" and f.lhs != ONE and not {x, z} <= set(free_names(f.rhs)):
                 sub: list[Expr] = []
                 negated = _factors(f.lhs, self.sizes, x, "", negated, sub)
                 factors[k:k + 1] = sub + [Binary("/", ONE, f.rhs)]
             else:
                 k += 1
-        mat = [f for f in factors if x in free_names(f)]
-        vec = [f for f in factors if x not in free_names(f)]
         if any(set(free_names(f)) - self.sizes - {x, z} for f in factors):
             return None  # a factor on a bound variable of an inner sum
-        if not any(z in free_names(f) for f in mat) or not any(z in free_names(f) for f in vec):
-            return None
+        scale = [f for f in factors if x in free_names(f) and z not in free_names(f)]
+        mat = [f for f in factors if x in free_names(f) and z in free_names(f)]
+        vec = [f for f in factors if x not in free_names(f)]
+        matrix = self.plain(mat, False, x, z, (p, q))
+        if matrix is None or not any(z in free_names(f) for f in vec):
+            return None  # an outlined matrix would cost as much memory traffic as the loops
         u = self.fresh("_u")
         one = Affine.constant(1)
         name = self.fresh(f"{d.name}_mm")
-        lhs = self.outline(d, mat, False, (x, z), (p, q), ((), ()), "lhs", out)
         rhs = self.outline(d, vec, negated, (z, u), (q, one), ((), ()), "rhs", out)
-        body = MatrixFn("matmul", lhs[0], rhs[0], transposed=(lhs[1], rhs[1]))
+        body = MatrixFn("matmul", matrix[0], rhs[0], transposed=(matrix[1], rhs[1]))
         out.append(Definition(name, (x, u), body, (p, one), d.loc))
-        return Access(name, (Affine.var(x), Affine.constant(0)))
+        return _product([Access(name, (Affine.var(x), Affine.constant(0)))] + scale, False)
 
     def contraction(self, d: Definition) -> tuple[list[Expr], bool, Sum]:
         """``d``'s factors (those outside the one sum, then the summand's, as written), whether an

@@ -50,12 +50,18 @@ def test_matvec_and_vecmat_as_printed():
     assert _externs(f) == ["extern matmul(A, y_rhs) -> y_mm", "extern matmul(transpose(A), g_rhs) -> g_mm"]
 
 
+def test_factors_on_the_free_index_alone_scale_the_result():
+    got = str(tcc.transform(HEAD + "y[i] = sum[j](w[i] * A[i, j] * -x[j] / w[i])\n", ALWAYS))
+    assert "y_rhs[j, _u] = -x[j]\n" in got and "y_mm[i, _u] = matmul(A, y_rhs)[i, _u]\n" in got
+    assert got.endswith("y[i] = y_mm[i, 0] * w[i] * (1 / w[i])\n")
+
+
 _FORMS = [
     "y[i] = sum[j](A[i, j] * x[j])",
     "y[j] = sum[i](w[i] * A[i, j])",
     "y[i] = 2 * sum[j](A[i, j] * -x[j]) + w[i]",
-    "y[i] = tanh(sum[j](exp(A[i, j]) * x[j] / 3)) * w[i]",
-    "y[j] = sum[i](w[i] * A[i, j]) - sum[i](A[i, j] * A[i, j] * w[i])",
+    "y[i] = tanh(sum[j](w[i] * A[i, j] * exp(x[j]) / 3)) * w[i]",
+    "y[j] = sum[i](w[i] * A[i, j]) - sum[i](-A[i, j] / x[j] * w[i] * w[i])",
 ]
 
 
@@ -103,7 +109,7 @@ def test_min_work_and_left_alone():
     assert "matmul" not in str(tcc.transform(text, "infer-ranges,blas"))
     assert "matmul" not in str(tcc.transform(text, "infer-ranges,blas{min-work=21}"))
     assert "matmul(A, y_rhs)" in str(tcc.transform(text, "infer-ranges,blas{min-work=20}"))
-    for body in ("sum[j](sin(A[i, j] * x[j]))", "sum[j](A[i, j] + x[j])", "sum[j](A[i, j])", "sum[j](x[j] * x[j]) * w[i]",
+    for body in ("sum[j](sin(A[i, j] * x[j]))", "sum[j](exp(A[i, j]) * x[j])", "sum[j](A[i, j] * A[i, j] * x[j])", "sum[j](A[i, j] + x[j])", "sum[j](A[i, j])", "sum[j](x[j] * x[j]) * w[i]",
                  "sum[j: 0..i](A[i, j] * x[j])"):
         text = f"input A[n, n], x[n], w[n]\ny[i] = {body}\n"
         out = str(tcc.transform(text, ALWAYS))
