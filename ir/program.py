@@ -7,7 +7,7 @@ places in the text: the first occurrence is the one reported.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .diagnostics import Loc, SourceMap
 from .expr import Expr, all_names
@@ -95,6 +95,24 @@ class Program:
 
     def replace(self, **kw) -> "Program":
         return replace(self, **kw)
+
+    def expand_definitions(self, rewrite: Callable[[Definition], list[Definition]]) -> "Program":
+        """Each definition replaced by what ``rewrite`` makes of it (itself, or new local
+        definitions followed by it), or this program itself when nothing changed.
+
+        The results are fixed before the locals join the definitions: with no
+        declared outputs every definition is a result, and a new local must
+        not become one.
+        """
+        defs: list[Definition] = []
+        changed = False
+        for d in self.definitions:
+            new = rewrite(d)
+            changed |= new != [d]
+            defs.extend(new)
+        if not changed:
+            return self
+        return replace(self, definitions=tuple(defs), outputs=self.results())
 
     def __str__(self) -> str:
         return format_program(self)

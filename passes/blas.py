@@ -470,16 +470,7 @@ def _orders(names: list[str]) -> list[tuple[str, ...]]:
 def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK) -> Program:
     """Rewrite every matching definition (see the module docstring)."""
     rw = _Rewriter(program, min_work)
-    defs: list[Definition] = []
-    changed = False
-    for d in program.definitions:
-        new = rw.rewrite(d)
-        changed |= new != [d]
-        defs.extend(new)
-    if not changed:
-        return program
-    # the new definitions are locals: fix the results before adding them
-    return program.replace(definitions=tuple(defs), outputs=program.results())
+    return program.expand_definitions(rw.rewrite)
 
 
 @dataclass(frozen=True)

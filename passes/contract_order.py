@@ -473,16 +473,7 @@ def contract_order_program(program: Program, min_work: int = DEFAULT_MIN_WORK, m
                            minimize: str = "combo", symbolic_size: int = DEFAULT_SYMBOLIC_SIZE) -> Program:
     """Rewrite every candidate sum (see the module docstring)."""
     rw = _Rewriter(program, min_work, min_gain, minimize, symbolic_size)
-    defs: list[Definition] = []
-    changed = False
-    for d in program.definitions:
-        new = rw.rewrite(d)
-        changed |= new != [d]
-        defs.extend(new)
-    if not changed:
-        return program
-    # the new definitions are locals: fix the results before adding them
-    return program.replace(definitions=tuple(defs), outputs=program.results())
+    return program.expand_definitions(rw.rewrite)
 
 
 @dataclass(frozen=True)
