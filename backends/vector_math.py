@@ -1,4 +1,4 @@
-"""``exp`` as straight-line arithmetic, so LLVM's loop vectoriser can widen it.
+"""``exp`` and ``tanh`` as straight-line arithmetic, so LLVM's loop vectoriser can widen them.
 
 ``llvm.exp`` on the CPU becomes a call to libm's scalar ``exp``: a loop that
 calls it cannot be vectorised (there is no vector math library behind
@@ -62,3 +62,68 @@ def emit_exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value, dtype: str) -> ir.
     result = b.fmul(b.fmul(p, pow2(n1)), pow2(n2))
     is_nan = b.fcmp_unordered("uno", x, x)
     return b.select(is_nan, x, result)
+
+
+def _expm1_nonpositive(b: ir.IRBuilder, module: ir.Module, y: ir.Value, dtype: str) -> ir.Value:
+    """``exp(y) - 1`` for ``y <= 0`` (clamped below), accurate *relative* to the result near 0.
+
+    The same reduction as :func:`emit_exp`, ``y = n ln 2 + r``, but the
+    polynomial is ``q = expm1(r)`` (its Taylor series without the constant,
+    so ``q`` keeps full relative precision for tiny ``r``), and the result is
+    ``2^n q + (2^n - 1)``: for ``n = 0`` that is ``q`` itself, for ``n < 0``
+    the two terms have the same sign and nothing cancels.  One degree more
+    than ``exp``'s polynomial: the truncation error is relative to ``r``, not
+    to 1.
+    """
+    clamp, ln2_hi, ln2_lo, degree, bias, mant, bits = _PARAMS[dtype]
+    ft = y.type
+    it = ir.IntType(bits)
+
+    def c(v: float) -> ir.Constant:
+        return ir.Constant(ft, v)
+
+    def intrinsic(name: str, *args: ir.Value) -> ir.Value:
+        fn = module.declare_intrinsic(name, [ft], ir.FunctionType(ft, [ft] * len(args)))
+        return b.call(fn, list(args))
+
+    yc = intrinsic("llvm.maxnum", y, c(-clamp))
+    nf = intrinsic("llvm.rint", b.fmul(yc, c(1.0 / math.log(2.0))))
+    r = intrinsic("llvm.fmuladd", nf, c(-ln2_hi), yc)
+    r = intrinsic("llvm.fmuladd", nf, c(-ln2_lo), r)
+    top = degree + 1                                  # q = sum_{k=1..top} r^k / k!
+    p = c(1.0 / math.factorial(top))
+    for k in range(top - 1, 0, -1):
+        p = intrinsic("llvm.fmuladd", p, r, c(1.0 / math.factorial(k)))
+    q = b.fmul(p, r)
+    n = b.fptosi(nf, it)
+    n1 = b.ashr(n, ir.Constant(it, 1))
+    n2 = b.sub(n, n1)
+
+    def pow2(k: ir.Value) -> ir.Value:
+        return b.bitcast(b.shl(b.add(k, ir.Constant(it, bias)), ir.Constant(it, mant)), ft)
+
+    s = b.fmul(pow2(n1), pow2(n2))                    # 2^n; 0 when it underflows (then the result is -1)
+    return intrinsic("llvm.fmuladd", s, q, b.fsub(s, c(1.0)))
+
+
+def emit_tanh(b: ir.IRBuilder, module: ir.Module, x: ir.Value, dtype: str) -> ir.Value:
+    """``tanh(x)`` in instructions only, so loops over it vectorise (libm's ``tanh`` is a scalar call).
+
+    ``tanh(|x|) = -t / (2 + t)`` with ``t = expm1(-2|x|)`` in ``[-1, 0]``:
+    no overflow for any ``x``, no cancellation near 0 (``t`` is accurate
+    relative to itself), ``+-1`` exactly once ``exp(-2|x|)`` underflows.  The
+    sign is copied back from ``x``, so ``tanh(-0) = -0``; NaN passes through.
+    The dense layer's activation was a libm call per element: 28 ns each,
+    more than its matrix product.
+    """
+    ft = x.type
+
+    def intrinsic(name: str, *args: ir.Value) -> ir.Value:
+        fn = module.declare_intrinsic(name, [ft], ir.FunctionType(ft, [ft] * len(args)))
+        return b.call(fn, list(args))
+
+    a = intrinsic("llvm.fabs", x)
+    t = _expm1_nonpositive(b, module, b.fmul(a, ir.Constant(ft, -2.0)), dtype)
+    th = b.fdiv(b.fneg(t), b.fadd(t, ir.Constant(ft, 2.0)))
+    result = intrinsic("llvm.copysign", th, x)
+    return b.select(b.fcmp_unordered("uno", x, x), x, result)

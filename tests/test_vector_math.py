@@ -38,3 +38,30 @@ def test_exp_loop_is_vectorised():
     f = tcc.compile("input x[n]\ny[i] = 1 / (1 + exp(-x[i]))\n")
     text = str(f.llvm)
     assert "call double @exp" not in text and "x double>" in text
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tanh_within_three_ulp(dtype):
+    """Uniform data, tiny arguments (where ``1 - exp(-2x)`` would cancel) and magnitudes down to 1e-300."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-20, 20, 100_000), rng.uniform(-1e-3, 1e-3, 50_000),
+                        rng.uniform(-0.6, 0.6, 50_000),
+                        10.0 ** rng.uniform(-300, 0, 50_000) * rng.choice([-1.0, 1.0], 50_000)])
+    x = x[np.abs(x) >= np.finfo(dtype).tiny].astype(dtype)
+    y = tcc.compile("input x[n]\ny[i] = tanh(x[i])\n", dtype=dtype)(x=x)["y"]
+    ref = np.tanh(x.astype(np.float64))
+    ulp = np.abs(y - ref) / np.spacing(np.abs(ref).astype(dtype)).astype(np.float64)
+    assert ulp.max() <= 3.0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tanh_special_values_and_vectorised(dtype):
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 19.5, -19.5, 1e-30], dtype=dtype)
+    f = tcc.compile("input x[n]\ny[i] = tanh(x[i])\n", dtype=dtype)
+    y = f(x=x)["y"]
+    assert y[0] == 0.0 and not np.signbit(y[0]) and y[1] == 0.0 and np.signbit(y[1])
+    assert y[2] == 1.0 and y[3] == -1.0 and np.isnan(y[4])
+    assert y[5] == 1.0 and y[6] == -1.0 and y[9] == np.asarray(1e-30, dtype=dtype)
+    assert abs(y[7] - np.tanh(x[7])) <= np.spacing(np.asarray(1.0, dtype=dtype))
+    text = str(f.llvm)
+    assert "@tanh" not in text and ("x double>" in text or "x float>" in text)

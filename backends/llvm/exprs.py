@@ -19,7 +19,7 @@ from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, po
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
 from tcc.ir.index_range import check_index_range
 
-from ..vector_math import emit_exp
+from ..vector_math import emit_exp, emit_tanh
 from .machines import CodegenTarget
 
 __all__ = ["ExprLowering", "POW_UNROLL_LIMIT", "Scalars"]
@@ -331,6 +331,8 @@ class ExprLowering:
         fn = _MATH_NAMES.get(fn, fn)
         if fn == "exp" and self.target.inline_exp:
             return emit_exp(self.b, self.module, args[0], self.dtype)
+        if fn == "tanh" and self.target.inline_exp:
+            return emit_tanh(self.b, self.module, args[0], self.dtype)
         fnty = ir.FunctionType(self.elt, [self.elt] * len(args))
         if fn in self.target.intrinsics:
             callee = self.module.declare_intrinsic(f"llvm.{fn}", [self.elt], fnty)
