@@ -21,13 +21,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import llvmlite.binding as llvm
 
-from tcc.ir.loops import LoopProgram
+from tcc.ir.loops import For, Kernel, LoopProgram, children
 
 from .target import Call, Executable
 
@@ -51,6 +52,36 @@ __all__ = [
 
 #: ``void (ptr bufs, ptr sizes, i64 part, i64 nparts)`` as ctypes sees it.
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+#: Parallel kernels with fewer loop iterations than this (an estimate, see
+#: :func:`iterations`) run on the calling thread alone: handing parts to the
+#: pool and waiting for them costs some 15-40 us on this class of machine,
+#: as much as ~30 000 simple iterations.  The environment variable
+#: ``TCC_PARALLEL_GRAIN`` sets it at import (0: split every parallel kernel,
+#: as the test suite does so that small test programs exercise the pool);
+#: the module attribute may be changed at run time.
+PARALLEL_GRAIN = int(os.environ.get("TCC_PARALLEL_GRAIN", "32768"))
+
+
+def iterations(body: tuple[Any, ...], env: dict[str, int]) -> int:
+    """How many innermost iterations ``body`` runs, estimated from its loop bounds at these sizes.
+
+    A loop's trip count is evaluated with the loops around it at their
+    first iteration (exact for rectangular nests, an estimate for
+    triangular ones); a statement that is not a loop counts one.  It is the
+    runtime's measure of whether a parallel kernel is worth splitting.
+    """
+    total = 0
+    for s in body:
+        if isinstance(s, For):
+            lo = max(int(a.evaluate(env)) for a in s.lo)
+            n = min(int(a.evaluate(env)) for a in s.hi) - lo + 1
+            if n > 0:
+                total += n * max(1, iterations(s.body, {**env, s.var: lo}))
+        else:
+            total += max(1, iterations(children(s), env))
+    return total
+
 
 # LLVM's pass builder and target machine are not documented as thread-safe;
 # compiling is rare and short next to running, so one lock serialises it.
@@ -106,6 +137,19 @@ class KernelEntry:
     fn: Any
     parallel: bool
     extern: Any = None
+    kernel: Kernel | None = None
+    _iterations: dict[tuple[int, ...], int] = field(default_factory=dict, compare=False, repr=False)
+
+    def worth_splitting(self, sizes: tuple[int, ...], names: tuple[str, ...]) -> bool:
+        """Whether this call's sizes give the kernel at least :data:`PARALLEL_GRAIN` iterations (counted once per sizes)."""
+        if PARALLEL_GRAIN <= 0 or self.kernel is None:
+            return True
+        count = self._iterations.get(sizes)
+        if count is None:
+            count = iterations(self.kernel.body, dict(zip(names, sizes)))
+            if len(self._iterations) < 64:  # a program called with ever new sizes must not grow without bound
+                self._iterations[sizes] = count
+        return count >= PARALLEL_GRAIN
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,10 +178,12 @@ class CpuExecutable(Executable):
     def run(self, call: Call) -> dict[str, Any]:
         ptrs, size_vals = self.arguments(call)
         threads = call.threads
+        names = self.program.sizes
+        sizes = tuple(call.sizes[n] for n in names)
         for k in self.kernels:
             if k.extern is not None:
                 call.run_extern(k.extern, call.buffers)
-            elif k.parallel and threads > 1:
+            elif k.parallel and threads > 1 and k.worth_splitting(sizes, names):
                 call.run_parallel(k.fn, ptrs, size_vals, threads)
             else:
                 k.fn(ptrs, size_vals, 0, 1)
@@ -163,5 +209,6 @@ def jit(llvm_module: LLVMModule) -> CpuExecutable:
             address = engine.get_function_address(symbol)
             if not address:
                 raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")
-            entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None))
+            entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None,
+                                       kernel=kernel))
     return CpuExecutable(tuple(entries), llvm_module.program, llvm_module.dtype, engine, llvm_module)

@@ -203,6 +203,9 @@ def pool_size() -> int:
     return _POOL.size()
 
 
+_ACTIVE = threading.local()  # the deferral of the program call running on this thread, if any
+
+
 class _DeferredSigint:
     """Hold Ctrl-C back while a parallel call hands out parts and waits for them.
 
@@ -216,27 +219,75 @@ class _DeferredSigint:
     so whatever handler the program had -- Python's KeyboardInterrupt, its
     own, or SIG_IGN -- sees it exactly once, after the parts have finished.
     Only the main thread receives signals, so other threads defer nothing.
+
+    Swapping the handler costs two system calls, about 15 us: as much as a
+    small kernel.  So within a program call (:func:`call_scope`, opened by
+    :meth:`CompiledProgram.__call__`) the first parallel kernel's deferral
+    stays installed for the rest of the call and later parallel kernels
+    *join* it: they install nothing, and on leaving a kernel in which Ctrl-C
+    arrived they fire it at once -- the interrupt still takes effect when
+    that kernel's parts have ended, not at the end of the program.  A Ctrl-C
+    during a sequential kernel after that is raised when the next parallel
+    kernel ends, or when the call returns.  A call that splits no kernel
+    swaps no handler.
     """
 
     def __init__(self) -> None:
         self.hit = False
         self.previous: Any = None
+        self.joined: "_DeferredSigint | None" = None
+        self.scoped = False
 
     def _record(self, signum: int, frame: Any) -> None:
         self.hit = True
 
     def __enter__(self) -> "_DeferredSigint":
+        active = getattr(_ACTIVE, "deferral", None)
+        if active is not None:
+            self.joined = active
+            return active
         if threading.current_thread() is threading.main_thread():
             previous = signal.getsignal(signal.SIGINT)
             if previous is not None:  # None: a handler not installed from Python; leave it alone
                 self.previous = signal.signal(signal.SIGINT, self._record)
+                if getattr(_ACTIVE, "scope", False):
+                    self.scoped = True
+                    _ACTIVE.deferral = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        target = self.joined or self
+        if target.hit or not target.scoped:
+            target.fire()
+
+    def fire(self) -> None:
+        """Restore the previous handler and, if Ctrl-C came meanwhile, raise it again (once)."""
         if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+            previous, self.previous = self.previous, None
+            if getattr(_ACTIVE, "deferral", None) is self:
+                _ACTIVE.deferral = None
+            signal.signal(signal.SIGINT, previous)
             if self.hit:
+                self.hit = False
                 signal.raise_signal(signal.SIGINT)
+
+
+class call_scope:  # noqa: N801 - used as a context manager, like contextlib's
+    """The length of one program call: parallel kernels in it share one Ctrl-C deferral.
+
+    Leaving the scope fires the deferral if a kernel installed one (restoring
+    the handler, raising a Ctrl-C that came during a later sequential kernel).
+    """
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_ACTIVE, "scope", False)
+        _ACTIVE.scope = True
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.scope = self.outer
+        deferral = getattr(_ACTIVE, "deferral", None)
+        if deferral is not None and not self.outer:
+            deferral.fire()
 
 
 def run_parallel(fn: Any, ptrs: Any, sizes: Any, nparts: int) -> None:
@@ -288,6 +339,7 @@ class CompiledProgram:
         self.inputs: tuple[str, ...] = tuple(d.name for d in program.inputs)
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
+        self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
 
@@ -415,4 +467,7 @@ class CompiledProgram:
         with self.executable.active():
             sizes, buffers = self.bind(arrays)
             call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, run_extern, run_parallel)
+            if self._threads > 1 and self._parallel:
+                with call_scope():  # the parallel kernels share one Ctrl-C deferral
+                    return self.executable.run(call)
             return self.executable.run(call)

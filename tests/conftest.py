@@ -11,6 +11,11 @@ import os
 
 from hypothesis import settings
 
+# Split every parallel kernel however small (the runtime's default leaves kernels
+# under ~32k iterations on one thread), so the suite's small programs exercise the
+# pool with threads > 1; tests/test_parallel_grain.py checks the default itself.
+os.environ["TCC_PARALLEL_GRAIN"] = "0"
+
 settings.register_profile("tcc-ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("tcc-dev", deadline=None, print_blob=True)
 settings.load_profile("tcc-ci" if os.environ.get("CI") else "tcc-dev")
