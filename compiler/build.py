@@ -174,7 +174,21 @@ def build(
     given = {d.name for d in getattr(program, "definitions", ())}
     if given:
         compiled.results = tuple(n for n in compiled.results if n in given)
+    if isinstance(program, Program) and not instruments:
+        compiled._reorder = _call_time_order(program, pipeline, target, dtype, threads, arch, ptx)
     return compiled
+
+
+def _call_time_order(program: Program, pipeline: list[Pass], target: str, dtype: str, threads: int | None,
+                     arch: str, ptx: int) -> Any:
+    """Call-time re-decision of contraction orders (:mod:`tcc.reorder`), or None where sizes cannot change them."""
+    from tcc.reorder import call_time_order
+
+    l1_l2 = [p for p in pipeline if p.output_level in (Level.INDEX, Level.LOOPS)]
+    return call_time_order(
+        program, l1_l2,
+        lambda passes: build(program, target=target, dtype=dtype, passes=passes, threads=threads, arch=arch, ptx=ptx),
+    )
 
 
 def clear_cache() -> None:

@@ -340,6 +340,7 @@ class CompiledProgram:
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
+        self._reorder: Any = None  # tcc.reorder.CallTimeOrder: other contraction orders, by the call's sizes
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
 
@@ -462,8 +463,27 @@ class CompiledProgram:
     def _overlap(self, a: Any, b: Any) -> bool:
         return self.executable.overlap(a, b)
 
+    def variant_for(self, arrays: Mapping[str, Any]) -> "CompiledProgram | None":
+        """The program compiled for another contraction order that a call with ``arrays`` runs instead, if any.
+
+        See :mod:`tcc.reorder`.  Arguments whose sizes cannot be bound give
+        None: the call itself then reports what is wrong with them.
+        """
+        if self._reorder is None:
+            return None
+        try:
+            sizes = bind_sizes(self.program, {n: arrays[n] for n in self.inputs if n in arrays})
+        except Exception:  # noqa: BLE001 - the ordinary checks of the call report it
+            return None
+        return self._reorder.variant(sizes)
+
     # -- calling ------------------------------------------------------------
     def __call__(self, /, **arrays: Any) -> dict[str, Any]:
+        if self._reorder is not None:
+            variant = self.variant_for(arrays)
+            if variant is not None:
+                variant.threads = self._threads
+                return variant(**arrays)
         with self.executable.active():
             sizes, buffers = self.bind(arrays)
             call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, run_extern, run_parallel)

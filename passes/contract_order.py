@@ -15,8 +15,10 @@ The order is chosen by a dynamic program over the contraction graph
 (``opt_einsum``'s ``DynamicProgramming``, which minimises FLOPs, the size of
 the intermediates, or a combination -- option ``minimize``), with each
 index's extent evaluated at compile time and symbolic sizes replaced by
-``symbolic-size``.  The order is decided once, at compile time: re-deciding
-it when the call's sizes would change the answer is not done.
+``symbolic-size`` (or by the value option ``sizes`` gives it).  Where the
+call's sizes change the answer, the runtime re-decides the order at call time
+(:class:`OrderPlanner`, used by ``tcc.compile``: docs/runtime.md): it
+compiles the program again with the call's sizes in ``sizes`` and runs that.
 
 **What is a candidate.**  A ``sum`` (a chain ``sum[p](sum[q](...))`` counts as
 one sum over ``p, q``) that is reached from the definition's root through
@@ -65,7 +67,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, Mapping
 
 from opt_einsum.helpers import flop_count
 from opt_einsum.paths import DynamicProgramming
@@ -85,12 +87,16 @@ from tcc.ir.expr import (
     postorder,
     transform,
 )
+from tcc.ir.diagnostics import TccError
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import Facts, program_facts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
 
-__all__ = ["ContractOrder", "contract_order_program", "DEFAULT_MIN_GAIN", "DEFAULT_MIN_WORK", "DEFAULT_SYMBOLIC_SIZE"]
+__all__ = [
+    "ContractOrder", "OrderPlanner", "contract_order_program", "parse_sizes",
+    "DEFAULT_MIN_GAIN", "DEFAULT_MIN_WORK", "DEFAULT_SYMBOLIC_SIZE",
+]
 
 #: multiply-adds of the written sum below which a constant-size sum stays as it is
 DEFAULT_MIN_WORK = 32768
@@ -161,8 +167,10 @@ def _opaque(e: Expr) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, program: Program, min_work: int, min_gain: float, minimize: str, symbolic_size: int) -> None:
+    def __init__(self, program: Program, min_work: int, min_gain: float, minimize: str, symbolic_size: int,
+                 known: Mapping[str, int] | None = None) -> None:
         self.program = program
+        self.known = dict(known or {})
         self.min_work = min_work
         self.min_gain = min_gain
         self.minimize = minimize
@@ -214,8 +222,8 @@ class _Rewriter:
 
     # -- planning ------------------------------------------------------------
     def estimate(self, e: Affine) -> int:
-        """An extent's value at compile time: every size name counts as ``symbolic-size``."""
-        value = e.evaluate({n: self.symbolic_size for n in e.names()})
+        """An extent's value at compile time: a size name counts as its known value, else as ``symbolic-size``."""
+        value = e.evaluate({n: self.known.get(n, self.symbolic_size) for n in e.names()})
         return max(int(value), 0)
 
     def plan(self, c: _Contraction) -> list[_Step] | None:
@@ -231,7 +239,7 @@ class _Rewriter:
         """
         order = c.out + c.summed
         sizes = {n: self.estimate(c.extent[n]) for n in order}
-        if all(c.extent[n].is_constant for n in order) and _volume(sizes) < self.min_work:
+        if all(set(c.extent[n].names()) <= set(self.known) for n in order) and _volume(sizes) < self.min_work:
             return None
         label = {name: k for k, name in enumerate(order)}
         int_sizes = {label[n]: v for n, v in sizes.items()}
@@ -469,11 +477,68 @@ def _product(factors: list[Expr], negated: bool) -> Expr:
     return Unary("neg", body) if negated else body
 
 
+def parse_sizes(text: str) -> dict[str, int]:
+    """The ``sizes`` option, ``n:100,m:5``, as a dict (an empty text: none)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, colon, value = item.partition(":")
+        if not colon or not name.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"malformed size '{item}' (expected NAME:VALUE, e.g. n:100)")
+        out[name.strip()] = int(value)
+    return out
+
+
 def contract_order_program(program: Program, min_work: int = DEFAULT_MIN_WORK, min_gain: float = DEFAULT_MIN_GAIN,
-                           minimize: str = "combo", symbolic_size: int = DEFAULT_SYMBOLIC_SIZE) -> Program:
+                           minimize: str = "combo", symbolic_size: int = DEFAULT_SYMBOLIC_SIZE,
+                           sizes: Mapping[str, int] | None = None) -> Program:
     """Rewrite every candidate sum (see the module docstring)."""
-    rw = _Rewriter(program, min_work, min_gain, minimize, symbolic_size)
+    rw = _Rewriter(program, min_work, min_gain, minimize, symbolic_size, sizes)
     return program.expand_definitions(rw.rewrite)
+
+
+class OrderPlanner:
+    """Which order each candidate sum of ``program`` gets at given sizes, and what an order costs there.
+
+    The runtime's side of the pass: ``program`` is what ``contract-order``
+    sees in the pipeline.  :meth:`choose` is the pass's decision at the
+    given sizes (a tuple with, per candidate sum, its steps or None for the
+    written order), :meth:`cost` the FLOPs of such a decision at other
+    sizes: a compiled order is replaced at call time only when it costs
+    ``min-gain`` times more than the order the call's sizes choose.
+    Candidates are collected once; both answers depend only on sizes.
+    """
+
+    def __init__(self, program: Program, pass_: "ContractOrder") -> None:
+        self.pass_ = pass_
+        self.program = program
+        rw = _Rewriter(program, pass_.min_work, pass_.min_gain, pass_.minimize, pass_.symbolic_size)
+        self.candidates: list[_Contraction] = []
+        for d in program.definitions:
+            if d.extents is None or isinstance(d.body, MatrixFn):
+                continue
+            for s in _top_sums(d.body):
+                c = rw.collect(s, d)
+                if c is not None:
+                    self.candidates.append(c)
+        self.sizes = sorted({n for c in self.candidates for e in c.extent.values() for n in e.names()})
+
+    def choose(self, sizes: Mapping[str, int]) -> tuple[tuple[_Step, ...] | None, ...]:
+        p = self.pass_
+        rw = _Rewriter(self.program, p.min_work, p.min_gain, p.minimize, p.symbolic_size, sizes)
+        out: list[tuple[_Step, ...] | None] = []
+        for c in self.candidates:
+            steps = rw.plan(c)
+            out.append(None if steps is None else tuple(steps))
+        return tuple(out)
+
+    def cost(self, plan: tuple[tuple[_Step, ...] | None, ...], sizes: Mapping[str, int]) -> int:
+        total = 0
+        for c, steps in zip(self.candidates, plan):
+            extents = {n: max(int(e.evaluate(dict(sizes))), 0) for n, e in c.extent.items()}
+            order = c.out + c.summed
+            total += (flop_count(frozenset(order), True, len(c.factors), extents) if steps is None
+                      else _cost(list(steps), extents))
+        return total
 
 
 @dataclass(frozen=True)
@@ -492,6 +557,12 @@ class ContractOrder(Pass):
     minimize: Minimize = "combo"
     # the value assumed for every size name when costs are estimated at compile time
     symbolic_size: int = DEFAULT_SYMBOLIC_SIZE
+    # values of size names to estimate with instead (n:100,m:5): what the runtime passes when it re-decides at call time
+    sizes: str = ""
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        return contract_order_program(program, self.min_work, self.min_gain, self.minimize, self.symbolic_size)
+        try:
+            known = parse_sizes(self.sizes)
+        except ValueError as exc:
+            raise TccError(f"option 'sizes' of pass 'contract-order': {exc}") from None
+        return contract_order_program(program, self.min_work, self.min_gain, self.minimize, self.symbolic_size, known)
