@@ -106,7 +106,10 @@ def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError
         msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}"
     else:
         msg = f"cannot prove that access {acc} is in bounds: {where} has extent {format_affine(ext)}"
-    return TccError(msg, program.loc_of(acc) or d.loc, program.source)
+    loc = program.loc_of(acc)
+    if use.scopes and program.source is not None:  # of identical accesses, the one in this occurrence's sum
+        loc = program.source.loc_within(acc, use.scopes[-1]) or loc
+    return TccError(msg, loc or d.loc, program.source)
 
 
 def _bound_text(items: Sequence[Affine], fn: str) -> str:

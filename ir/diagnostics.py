@@ -20,13 +20,33 @@ class Loc:
 
 @dataclass(frozen=True)
 class SourceMap:
-    """Where things came from: the file name and text, plus node -> first location."""
+    """Where things came from: the file name and text, plus node -> first location.
+
+    Expressions are hash-consed, so two identical accesses in one definition
+    (``sum[i: 0..4](x[i]) + sum[i: 0..5](x[i])``) are one node; ``every``
+    keeps all of a node's locations, in source order, so that an error about
+    one occurrence can point at it (:meth:`loc_within`).
+    """
 
     filename: str
     text: str
     nodes: dict = field(default_factory=dict, compare=False, hash=False)
+    every: dict = field(default_factory=dict, compare=False, hash=False)
 
     def loc_of(self, node: object) -> Loc | None:
+        return self.nodes.get(node)
+
+    def record(self, node: object, loc: Loc) -> None:
+        self.nodes.setdefault(node, loc)
+        self.every.setdefault(node, []).append(loc)
+
+    def loc_within(self, node: object, scope: object) -> Loc | None:
+        """The first location of ``node`` at or after where ``scope`` (an enclosing node) starts, else its first."""
+        start = self.nodes.get(scope)
+        if start is not None:
+            for loc in sorted(self.every.get(node, ()), key=lambda l: (l.line, l.col)):
+                if (loc.line, loc.col) >= (start.line, start.col):
+                    return loc
         return self.nodes.get(node)
 
 

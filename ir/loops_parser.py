@@ -108,7 +108,7 @@ class LoopParser(Parser):
     # -- helpers ------------------------------------------------------------
     def note(self, node: object, tok: Token) -> None:
         """Remember where a statement or buffer starts (the first occurrence wins)."""
-        self.source.nodes.setdefault(node, tok.loc)
+        self.source.record(node, tok.loc)
 
     def end_of_line(self) -> None:
         if not self.at_end_of_statement():

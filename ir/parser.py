@@ -143,7 +143,7 @@ class Parser:
             raise self.error("expression is nested too deeply", self.peek())
 
     def record(self, node: Expr, tok: Token) -> None:
-        self.source.nodes.setdefault(node, tok.loc)
+        self.source.record(node, tok.loc)
 
     # -- programs ---------------------------------------------------------
     def program(self) -> Program:

@@ -64,10 +64,11 @@ def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> 
     unknown_sums = _unranged_sums(d.body)
     csums = [n for n in postorder(d.body) if isinstance(n, CSum)]
     bounded_csums = {id(n): n for n in csums if _is_bounded(n)}
-    if d.extents is not None and not unknown_sums and len(bounded_csums) == len(csums):
+    if d.extents is not None and not unknown_sums and not csums:
         return d
     inference = _Inference(program, d, sizes, unknown_sums, csums, bounded_csums)
     inference.solve()
+    inference.clip_bounded_csums()
     return inference.filled()
 
 
@@ -115,6 +116,7 @@ class _Inference:
         self.pending_sums: dict[object, Expr] = {id(s): s for s in unknown_sums}
         self.pending_sums.update(pending_csum_vars)
         self.all_uses = list(uses(d.body))
+        self.clips: dict[int, list[Cond]] = {}  # bounded constrained sum -> access-derived constraints it gains
 
     def resolve(self, name: str, scopes: tuple) -> object:
         for s in reversed(scopes):
@@ -202,6 +204,53 @@ class _Inference:
                 program.source,
             )
 
+    def clip_bounded_csums(self) -> None:
+        """Intersect each bounded constrained sum with the ranges its accesses allow.
+
+        A constrained sum whose own constraints bound its variables used to
+        keep exactly those bounds, so one constraint more could make a valid
+        program an error: ``sum[x, y | x + y >= 2, y - x <= 4, x + y <= 10,
+        x - y <= 4](inp[x, y])`` is a diamond reaching ``x = -1``, while with
+        any three of its constraints the range came from ``inp``'s extents.
+        Like an unbounded one (and like ``sum[k]``), it now also ranges only
+        where its accesses are in bounds: each variable gets the bounds its
+        accesses give it (the other variables held by their ranges or the
+        sum's constraints), added as constraints where the sum's own ones do
+        not already imply them.  Bounds that cannot be found teach nothing;
+        the bounds check then reports what is out of bounds.
+        """
+        for node in self.bounded_csums.values():
+            facts = self.base
+            for c in node.constraints:
+                facts = facts.with_cond(c)
+            extra: list[Cond] = []
+            for v in node.vars:
+                key = ("csum", id(node), v)
+
+                def known(k: object, key: object = key) -> object:
+                    return None if k == key else self.known_range(k)
+
+                lows: list[Affine] = []
+                highs: list[Affine] = []
+                for use in self.all_uses:
+                    if not any(s is node for s in use.scopes):
+                        continue
+                    extents = self.program.extents_of(use.access.tensor)
+                    for ix, ext in zip(use.access.indices, extents or ()):
+                        if v not in ix.names():
+                            continue
+                        found = _constrain(ix, ext, use.scopes, self.resolve, known, self.base, self.sizes)
+                        if found is not None and found[0] == key:
+                            lows.extend(found[1])
+                            highs.extend(found[2])
+                var = Affine.var(v)
+                for bound, is_low in [(b, True) for b in dict.fromkeys(lows)] + [(b, False) for b in dict.fromkeys(highs)]:
+                    cond = Compare("<=", bound, var) if is_low else Compare("<=", var, bound)
+                    if not facts.implies(cond):
+                        extra.append(cond)
+            if extra:
+                self.clips[id(node)] = extra
+
     def filled(self) -> Definition:
         """The definition with every range written in.
 
@@ -220,6 +269,8 @@ class _Inference:
                     (lo,), (hi,) = self.csum_known[("csum", id(e), v)]
                     extra += [Compare("<=", lo, Affine.var(v)), Compare("<=", Affine.var(v), hi)]
                 out = CSum(e.vars, e.constraints + tuple(extra), memo[id(e.body)])
+            elif isinstance(e, CSum) and id(e) in self.clips:
+                out = CSum(e.vars, e.constraints + tuple(self.clips[id(e)]), memo[id(e.body)])
             else:
                 kids = e.children()
                 new = tuple(memo[id(k)] for k in kids)

@@ -261,3 +261,12 @@ def test_unknown_function(capsys, tmp_path):
         "unknown function 'foo' (functions: exp, log, sqrt, sin, cos, tan, asin, acos, atan, sinh, cosh, tanh, "
         "abs, sign, relu, sigmoid)",
     )
+
+
+def test_identical_accesses_are_located_at_the_offending_occurrence() -> None:
+    """Hash-consing makes the two ``x[i]`` one node; the error points at the one in the 0..5 sum."""
+    src = "input x[5]\nf = sum[i: 0..4](x[i]) + sum[i: 0..5](x[i])\n"
+    with pytest.raises(TccError) as info:
+        tcc.transform(tcc.parse(src), "infer-ranges")
+    assert (info.value.loc.line, info.value.loc.col) == (2, 39)
+    assert "i ranges over 0..5" in info.value.message
