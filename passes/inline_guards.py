@@ -14,29 +14,42 @@ reader, ``simplify`` lifts it out of the sum, and the tensor disappears::
     dU2[g0, g1, a, b] = where(a == g0, sum[z](-V[z, g1] * M[g0, z] * 2 * M[a, z] * V[z, b]), 0)
 
 A definition is inlined when it is not a result, its body is a guard
-``where(c, e, 0)`` whose condition has an equality among its own indices,
-and it contains no sum (so inlining never repeats a reduction).  Readers are
+``where(c, e, 0)`` whose condition has an equality among its own indices
+(or a sum or difference of such guards), and it contains no sum (so inlining never repeats a reduction).  Readers are
 simplified again; nothing else changes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.ir.expr import Access, CSum, Expr, MatrixFn, Sum, is_guard, postorder, substitute, transform
+from tcc.ir.expr import Access, Binary, CSum, Expr, MatrixFn, Sum, Unary, is_guard, postorder, substitute, transform
 from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.simplify import simplify_program
 
 
+def _delta_terms(e: Expr, own: set[str]) -> bool:
+    """Whether ``e`` is a guard with an equality among ``own``, or a sum or difference of such (a negation of one too).
+
+    A second-order adjoint is often the sum of two deltas (the layer norm's
+    ``ddxc = where(6 equalities, 1, 0) + where(4 equalities, -1/12, 0)``):
+    each term vanishes off its diagonal, so the sum does too, and inlined
+    into a reader each term lifts out of the reader's sums on its own.
+    """
+    if isinstance(e, Binary) and e.op in ("+", "-"):
+        return _delta_terms(e.lhs, own) and _delta_terms(e.rhs, own)
+    if isinstance(e, Unary) and e.op == "neg":
+        return _delta_terms(e.operand, own)
+    if not is_guard(e):
+        return False
+    return any(isinstance(p, Compare) and p.op == "==" and own & set(p.names()) for p in conjuncts(e.cond))
+
+
 def _delta_shaped(d: Definition) -> bool:
-    body = d.body
-    if not is_guard(body):
+    if not _delta_terms(d.body, set(d.indices)):
         return False
-    own = set(d.indices)
-    if not any(isinstance(p, Compare) and p.op == "==" and own & set(p.names()) for p in conjuncts(body.cond)):
-        return False
-    return not any(isinstance(n, (Sum, CSum, MatrixFn)) for n in postorder(body))
+    return not any(isinstance(n, (Sum, CSum, MatrixFn)) for n in postorder(d.body))
 
 
 def inline_guards(program: Program) -> Program:
