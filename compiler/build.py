@@ -21,6 +21,7 @@ for it and is freed with the last of them.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Sequence
 
@@ -167,6 +168,8 @@ def build(
         if not instruments:
             _cache_put(key, hit)
     l1, loops, llvm_module, executable = hit
+    if isinstance(program, Program) and program.source is not None and l1.source is not program.source:
+        l1 = dataclasses.replace(l1, source=program.source)  # a cache hit from another file: this file's name in errors
     compiled = CompiledProgram(l1, loops, llvm_module, executable, np.dtype(dtype), threads)
     # a call returns the definitions of the program it was given; definitions that
     # passes of the compile pipeline add (blas's outlined factors) are intermediates,

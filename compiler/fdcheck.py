@@ -173,6 +173,26 @@ def _bound_sizes(src: Any, sizes: Mapping[str, int] | None) -> dict[str, int]:
         if int(v) < 0:
             raise TccError(f"size '{k}' must be non-negative, got {v}")
         bound[k] = int(v)
+    return _meet_assumptions(src, bound, set(sizes or {}))
+
+
+def _meet_assumptions(src: Any, bound: dict[str, int], given: set[str]) -> dict[str, int]:
+    """The sizes, with the defaulted ones moved (1..8, nearest the defaults first) until every ``assume`` holds.
+
+    ``assume m >= n`` with the defaults n = 5, m = 4 would fail the check's
+    own call; a small search finds n = 4, m = 4 instead.  Sizes the user
+    gave stay; if nothing in range works, the call reports the violated
+    assumption.
+    """
+    assumptions = getattr(src, "assumptions", ())
+    if all(a.cond.evaluate(bound) for a in assumptions):
+        return bound
+    free = [n for n in bound if n not in given][:4]
+    options = [sorted(range(1, 9), key=lambda v, d=bound[n]: (abs(v - d), v)) for n in free]
+    for values in sorted(itertools.product(*options), key=lambda vs: sum(abs(v - bound[n]) for n, v in zip(free, vs))):
+        trial = {**bound, **dict(zip(free, values))}
+        if all(a.cond.evaluate(trial) for a in assumptions):
+            return trial
     return bound
 
 

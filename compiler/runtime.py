@@ -434,8 +434,8 @@ class CompiledProgram:
             sizes = bind_sizes(self.program, buffers)
         except CallError:
             raise
-        except TccError as exc:
-            raise CallError(exc.message) from None
+        except TccError as exc:  # a violated `assume` keeps its line: the CLI shows it
+            raise CallError(exc.message, exc.loc, exc.source) from None
         for b in self.loops.buffers:
             if b.role == "input":
                 continue

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.index import Affine, format_affine
+from tcc.ir.index import Affine, format_affine, format_cond
 from tcc.ir.index_range import (  # re-exported: the index range moved to ir/ (the LLVM lowering needs it too)
     INDEX_LIMIT,
     check_index_range,
@@ -147,6 +147,11 @@ def bind_sizes(program: Program, arrays: Mapping[str, Any]) -> dict[str, int]:
 
     for decl in program.inputs:
         _check_shape(decl, shapes[decl.name], sizes, bound_by)
+
+    for a in getattr(program, "assumptions", ()):
+        if not a.cond.evaluate(sizes):
+            values = ", ".join(f"{n} = {sizes[n]}" for n in a.cond.names())
+            raise TccError(f"these sizes violate 'assume {format_cond(a.cond)}' ({values})", a.loc, program.source)
 
     for d in program.definitions:
         if d.extents is None:

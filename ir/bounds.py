@@ -82,7 +82,7 @@ def access_in_bounds(program: Program, use: Use, facts: Facts) -> int | None:
 def prove_in_bounds(program: Program, d: Definition, sizes: Sequence[str]) -> None:
     """Raise a located TccError for the first access of ``d`` not proved in bounds."""
     assert d.extents is not None
-    base = definition_facts(sizes, d.indices, d.extents)
+    base = definition_facts(sizes, d.indices, d.extents, program.assumptions)
     for use in uses(d.body):
         if program.extents_of(use.access.tensor) is None:
             continue
@@ -103,13 +103,24 @@ def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError
         span = f"{format_affine(ix)} ranges over {lo}..{hi}"
         concrete = all(a.is_constant for a in rng[0] + rng[1]) and ext.is_constant
         verb = "is out of bounds" if concrete else "may be out of bounds"
-        msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}"
+        msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}{_assume_hint(rng, ext, sizes)}"
     else:
         msg = f"cannot prove that access {acc} is in bounds: {where} has extent {format_affine(ext)}"
     loc = program.loc_of(acc)
     if use.scopes and program.source is not None:  # of identical accesses, the one in this occurrence's sum
         loc = program.source.loc_within(acc, use.scopes[-1]) or loc
     return TccError(msg, loc or d.loc, program.source)
+
+
+def _assume_hint(rng: tuple, ext: Affine, sizes: Sequence[str]) -> str:
+    """``; if n >= 1 always holds, say so with 'assume n >= 1'`` where one constraint on sizes would do."""
+    (lo,), (hi,) = (rng[0][:1], rng[1][:1]) if len(rng[0]) == 1 and len(rng[1]) == 1 else ((None,), (None,))
+    if hi is None or ext.is_constant or not set(hi.names()) | set(ext.names()) <= set(sizes):
+        return ""
+    if not lo.is_constant or lo.const < 0 or (ext - hi - 1).is_constant:  # n >= n + 1 is no promise to make
+        return ""
+    need = f"{format_affine(ext)} >= {format_affine(hi + 1)}"
+    return f"; if {need} always holds, say so with 'assume {need}'"
 
 
 def _bound_text(items: Sequence[Affine], fn: str) -> str:

@@ -1,7 +1,7 @@
 """Recursive-descent parser of the tcc language (the inverse of :mod:`tcc.ir.printer`).
 
     stmt       := 'input' decl (',' decl)* | 'output' decl (',' decl)* | 'local' decl (',' decl)*
-                | NAME ('[' NAME (',' NAME)* ']')? '=' expr
+                | 'assume' cond | NAME ('[' NAME (',' NAME)* ']')? '=' expr
     decl       := NAME ('[' index (',' index)* ']')?
     expr       := term (('+'|'-') term)*
     term       := unary (('*'|'/') unary)*
@@ -13,7 +13,7 @@
     index      := iterm (('+'|'-') iterm)*
     iterm      := '-' iterm | ifactor ('*' ifactor | '//' ifactor | '%' ifactor)*
     ifactor    := INT | NAME | '(' index ')' | '-' ifactor
-    cond       := cand ('or' cand)* ; cand := cnot ('and' cnot)*
+    cond       := cand ('or' cand)* ; cand := cnot ('and' cnot)*     (tcc.ir.cond_parser)
     cnot       := 'not' cnot | '(' cond ')' | index CMP index
 
 A leading ``-`` of an index term negates the whole term (``-(i + 1) // 2`` is
@@ -51,9 +51,10 @@ from .expr import (
     free_names,
     postorder,
 )
-from .index import Affine, And, Compare, Cond, Not, Or
-from .lexer import COMPARISON_OPS, KEYWORDS, Token, tokenize
-from .program import Definition, Program, TensorDecl
+from .cond_parser import ConditionParser
+from .index import Affine, Cond
+from .lexer import KEYWORDS, Token, tokenize
+from .program import Assumption, Definition, Program, TensorDecl, assumption_error
 from .lippmann import LippmannProblem, is_lippmann, read_lippmann
 
 __all__ = ["parse_source", "parse_program", "parse_expr", "parse_index", "parse_cond", "Parser"]
@@ -74,9 +75,10 @@ class _Statements:
     defs: dict[str, tuple[Token, tuple[str, ...], Expr]] = field(default_factory=dict)
     shapes: dict[str, tuple[Affine, ...] | None] = field(default_factory=dict)  # extents known while parsing
     whole: set[str] = field(default_factory=set)  # definitions written as whole-tensor expressions
+    assumptions: list[tuple[Cond, Token]] = field(default_factory=list)  # `assume cond` lines
 
 
-class Parser:
+class Parser(ConditionParser):
     def __init__(self, text: str, filename: str = "<input>"):
         self.text = text
         self.source = SourceMap(filename, text, {})
@@ -157,6 +159,9 @@ class Parser:
             if tok.is_word(*_DECL_WORDS):
                 self.advance()
                 self.declarations(st, tok.value)
+            elif tok.is_word("assume") and not self.peek(1).is_op("=", "["):  # `assume = ...` defines a tensor
+                self.advance()
+                st.assumptions.append((self.cond(), tok))
             elif tok.kind == "NAME":
                 self.definition(st)
             else:
@@ -258,7 +263,11 @@ class Parser:
             for name, (ntok, indices, body) in st.defs.items()
         )
         outputs = tuple(name for kind, name, _, _ in st.fixed if kind == "output")
-        return Program(tuple(st.inputs), definitions, outputs, source=self.source)
+        for cond, tok in st.assumptions:
+            if (problem := assumption_error(cond, sizes)) is not None:
+                raise self.error(problem, tok)
+        assumptions = tuple(Assumption(cond, tok.loc) for cond, tok in st.assumptions)
+        return Program(tuple(st.inputs), definitions, outputs, source=self.source, assumptions=assumptions)
 
     @functools.cached_property
     def defined_names(self) -> frozenset[str]:
@@ -575,60 +584,6 @@ class Parser:
             self.depth -= 1
 
     # -- conditions -----------------------------------------------------------
-    def cond(self) -> Cond:
-        parts = [self.cand()]
-        while self.peek().is_word("or"):
-            self.advance()
-            parts.append(self.cand())
-        return parts[0] if len(parts) == 1 else Or(tuple(parts))
-
-    def cand(self) -> Cond:
-        parts = [self.cnot()]
-        while self.peek().is_word("and"):
-            self.advance()
-            parts.append(self.cnot())
-        return parts[0] if len(parts) == 1 else And(tuple(parts))
-
-    def cnot(self) -> Cond:
-        self.enter()
-        try:
-            tok = self.peek()
-            if tok.is_word("not"):
-                self.advance()
-                return Not(self.cnot())
-            if not tok.is_op("("):
-                return self.compare()
-            # '(' starts either a parenthesised condition or an index: `(i + 1) // 2 == j`
-            save, depth = self.i, self.depth
-            try:
-                return self.compare()
-            except TccError as e1:
-                first = e1
-            self.i, self.depth = save, depth
-            try:
-                self.advance()
-                c = self.cond()
-                self.expect(")")
-                return c
-            except TccError as e2:
-                # report whichever reading got further
-                a, b = first.loc, e2.loc
-                raise first if a is not None and b is not None and (a.line, a.col) > (b.line, b.col) else e2
-        finally:
-            self.depth -= 1
-
-    def compare(self) -> Compare:
-        lhs = self.index()
-        tok = self.peek()
-        if not (tok.kind == "OP" and tok.value in COMPARISON_OPS):
-            raise self.unexpected("a comparison operator", tok)
-        self.advance()
-        rhs = self.index()
-        nxt = self.peek()
-        if nxt.kind == "OP" and nxt.value in COMPARISON_OPS:
-            raise self.error("chained comparisons are not allowed; use 'and'", nxt)
-        return Compare(tok.value, lhs, rhs)
-
     def finish(self) -> None:
         while self.peek().kind == "NEWLINE":
             self.advance()

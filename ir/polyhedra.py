@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .fourier_motzkin import Constraint, eliminate
 from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts
@@ -387,13 +387,17 @@ def _negated_rows(cond: Cond, atoms: AtomTable) -> list[list[Row]] | None:
     return None
 
 
-def program_facts(sizes: Iterable[str]) -> Facts:
-    """Facts true everywhere in a program: sizes are non-negative."""
-    return Facts().with_nonnegative(sizes)
+def program_facts(sizes: Iterable[str], assumptions: Iterable[Any] = ()) -> Facts:
+    """Facts true everywhere in a program: sizes are non-negative, and what its ``assume`` lines promise."""
+    facts = Facts().with_nonnegative(sizes)
+    for a in assumptions:
+        facts = facts.with_cond(a.cond)
+    return facts
 
 
-def definition_facts(sizes: Iterable[str], indices: Sequence[str], extents: Sequence[Affine]) -> Facts:
-    facts = program_facts(sizes)
+def definition_facts(sizes: Iterable[str], indices: Sequence[str], extents: Sequence[Affine],
+                     assumptions: Iterable[Any] = ()) -> Facts:
+    facts = program_facts(sizes, assumptions)
     for name, ext in zip(indices, extents):
         facts = facts.with_range(name, [Affine.constant(0)], [ext - 1])
     return facts

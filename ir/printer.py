@@ -41,6 +41,7 @@ def format_program(program) -> str:  # noqa: ANN001 - a Program: program.py impo
     ]
     if locs:
         lines.append("local " + ", ".join(locs))
+    lines.extend(f"assume {format_cond(a.cond)}" for a in getattr(program, "assumptions", ()))
     printer = ExprPrinter()
     for d in program.definitions:
         lhs = d.name if not d.indices else f"{d.name}[{', '.join(d.indices)}]"

@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 from .diagnostics import Loc, SourceMap
 from .expr import Expr, all_names
-from .index import Affine
+from .index import Affine, And, Compare, Cond
 from .printer import format_program
 
 
@@ -20,6 +20,39 @@ class TensorDecl:
     name: str
     extents: tuple[Affine, ...]
     loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """``assume cond``: an affine constraint on sizes that the prover may use and every call must meet.
+
+    ``cond`` is comparisons of size expressions joined by ``and``.  It is a
+    promise the caller makes (``assume n >= 1`` lets ``x[0]`` of an
+    ``x[n]`` be proved in bounds); the runtime and the interpreter check it
+    when sizes are bound (:func:`tcc.sizes.bind_sizes`), so compiled code
+    never runs on sizes that break it.
+    """
+
+    cond: Cond
+    loc: Loc | None = field(default=None, compare=False)
+
+
+def assumption_error(cond: Cond, sizes: Iterable[str]) -> str | None:
+    """What is wrong with ``assume cond`` in a program with these size names, or None.
+
+    Only comparisons joined by ``and`` (a conjunction is a set of facts the
+    prover can add; ``or`` and ``not`` are not), and only size names: an
+    assumption is about the shapes a caller passes.
+    """
+    parts = cond.parts if isinstance(cond, And) else (cond,)
+    if not all(isinstance(p, Compare) for p in parts):
+        return "'assume' takes comparisons of sizes joined by 'and' (not 'or' or 'not')"
+    known = set(sizes)
+    for p in parts:
+        for name in p.names():
+            if name not in known:
+                return f"'assume' constrains sizes, and '{name}' is not a size of this program (sizes: {', '.join(sorted(known)) or 'none'})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -42,6 +75,7 @@ class Program:
     definitions: tuple[Definition, ...]
     outputs: tuple[str, ...] = ()
     source: SourceMap | None = field(default=None, compare=False)
+    assumptions: tuple[Assumption, ...] = ()
 
     # -- lookups ---------------------------------------------------------
     def input(self, name: str) -> TensorDecl | None:

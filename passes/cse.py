@@ -241,7 +241,7 @@ def share_instances(program: Program) -> Program:
         if not replace:
             offer(d)
             continue
-        base = definition_facts(sizes, d.indices, d.extents)
+        base = definition_facts(sizes, d.indices, d.extents, program.assumptions)
         offer(d.with_body(_rewrite_checked(program, d.body, replace, base)))
     return program.with_definitions(defs)
 
@@ -321,7 +321,7 @@ def introduce_temporaries(program: Program) -> Program:
         memo: dict[Expr, int] = {}
         names: dict[Expr, tuple[str, ...]] = {}  # free_names memo shared by all the nodes of this body
         own = set(d.indices)
-        base = definition_facts(sizes, d.indices, d.extents)
+        base = definition_facts(sizes, d.indices, d.extents, program.assumptions)
         in_bounds = _InBounds(program, base)
         chosen: list[Expr] = []
         for n in postorder(d.body):

@@ -99,7 +99,7 @@ class _Inference:
     ) -> None:
         self.program, self.d, self.sizes = program, d, sizes
         self.bounded_csums = bounded_csums
-        self.base = program_facts(sizes)
+        self.base = program_facts(sizes, program.assumptions)
         # known ranges: name/sum-node -> (lo, hi) lists of affine expressions in sizes
         self.lhs_known: dict[str, _Range] = {}
         if d.extents is not None:

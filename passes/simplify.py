@@ -476,7 +476,8 @@ def simplify_program(program: Program) -> Program:
         if isinstance(d.body, MatrixFn):  # a whole-matrix function: nothing to fold, never inlined
             defs.append(d)
             continue
-        facts = definition_facts(sizes, d.indices, d.extents) if d.extents is not None else program_facts(sizes)
+        facts = (definition_facts(sizes, d.indices, d.extents, program.assumptions) if d.extents is not None
+                 else program_facts(sizes, program.assumptions))
         defs.append(d.with_body(trampoline(s.expr(d.body, facts))))
     return remove_dead(program.with_definitions(defs))
 

@@ -216,7 +216,7 @@ class _Forward(Derivation):
         for d in program.definitions:
             forward.append(d)
             forward += self.after.get(d.name, [])
-        return Program(inputs, tuple(forward) + tuple(out_defs), outputs, program.source)
+        return Program(inputs, tuple(forward) + tuple(out_defs), outputs, program.source, program.assumptions)
 
     def chain(
         self,

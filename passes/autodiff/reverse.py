@@ -302,7 +302,7 @@ class _Reverse(Derivation):
                 forward.append(helpers[d.name])
         inputs = program.inputs if delta else program.inputs + (TensorDecl(adjoint[of], f_ext),)
         outputs = tuple(adjoint[x] for x in wrt)
-        return Program(inputs, tuple(forward) + tuple(new_defs), outputs, program.source)
+        return Program(inputs, tuple(forward) + tuple(new_defs), outputs, program.source, program.assumptions)
 
     def adjoint_names(self, relevant: list[Definition]) -> dict[str, str]:
         """``d<of>``, then ``d<x>`` for every x, then the intermediates backwards (forward mode
