@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
+from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
 
@@ -286,6 +286,8 @@ class _Evaluator:
 
     # -- nodes ------------------------------------------------------------
     def access(self, node: Access, sc: _Scope, active: np.ndarray) -> np.ndarray:
+        if node.tensor == INDEX_VALUE:  # an index or size as a value: its integer, converted exactly as C does
+            return np.asarray(self.index(node.indices[0], sc), dtype=np.int64).astype(self.dtype)
         arr = self.tensors.get(node.tensor)
         if arr is None:
             raise TccError(f"{self.where} reads '{node.tensor}', which is not an input or an earlier definition")

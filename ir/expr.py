@@ -31,6 +31,15 @@ MATRIX_FUNCTIONS = {"det": 0, "logdet": 0, "inv": 2, "adj": 2}
 #: The matrix product ``matmul(A, B)`` of two named order-2 tensors (``C = A @ B``):
 #: a ``MatrixFn`` with two arguments, also a definition of its own.
 MATMUL = "matmul"
+
+#: The pseudo-tensor whose one-index read ``#index[e]`` is the integer value of
+#: the index expression ``e`` as a float: a size or an index used in a value
+#: (``sum[j](x[a, j]) / m``, ``x[i] * sin(0.3 * i)``).  Being an
+#: :class:`Access`, it is substituted, renamed, hoisted and analysed by every
+#: pass exactly as a read of a tensor indexed by ``e`` (which is what its
+#: dependence is); only the printer, the verifiers, the interpreter and the
+#: code generators know it.  ``#`` starts a comment, so no program can name it.
+INDEX_VALUE = "#index"
 #: Every function a ``MatrixFn`` holds, by its number of arguments.
 MATRIX_ARITY = {**{fn: 1 for fn in MATRIX_FUNCTIONS}, MATMUL: 2}
 
@@ -250,6 +259,38 @@ def format_matrix_call(fn: str, args: tuple[str, ...], transposed: tuple[bool, .
 
 ZERO = Const(0)
 ONE = Const(1)
+
+
+def index_value(ix: Affine) -> Expr:
+    """The value of the index expression ``ix``, in the canonical form the parser gives.
+
+    Each term is ``#index[v]`` of a single name (or ``//``/``%`` atom), scaled
+    by an integer :class:`Const` and summed in the affine's term order, the
+    constant last: ``2*i - j + 1`` is ``2 * i - j + 1`` as the parser reads
+    it, so a printed index value parses back to the same tree.
+    """
+    out: Expr | None = None
+    for atom, coeff in ix.terms:
+        base = Access(INDEX_VALUE, (Affine.var(atom) if isinstance(atom, str) else Affine.atom(atom),))
+        mag = abs(coeff) if out is not None else coeff
+        term = base if mag == 1 else (Unary("neg", base) if mag == -1 else Binary("*", Const(mag), base))
+        out = term if out is None else Binary("+" if coeff > 0 else "-", out, term)
+    if out is None:
+        return Const(ix.const)
+    if ix.const:
+        out = Binary("+" if ix.const > 0 else "-", out, Const(abs(ix.const)))
+    return out
+
+
+def is_index_value(e: Expr) -> bool:
+    """``#index[e]``: an index expression used as a value (see :data:`INDEX_VALUE`)."""
+    return isinstance(e, Access) and e.tensor == INDEX_VALUE
+
+
+def _simple_index_value(e: Access) -> bool:
+    """One name or atom with coefficient 1: printed as itself, every other index value as its canonical tree."""
+    (ix,) = e.indices
+    return ix.const == 0 and len(ix.terms) == 1 and ix.terms[0][1] == 1
 
 
 def neg(e: Expr) -> Expr:
@@ -631,6 +672,9 @@ class ExprPrinter:
                 out.append(item)
                 continue
             e, min_level = item
+            if isinstance(e, Access) and e.tensor == INDEX_VALUE and not _simple_index_value(e):
+                stack.append((index_value(e.indices[0]), min_level))  # as the parser reads it back
+                continue
             if isinstance(e, (Const, Access, MatrixFn)):
                 text = self.leaves.get(id(e))
                 if text is None:
@@ -684,6 +728,9 @@ def _leaf(e: Expr) -> str:
     if isinstance(e, Const):
         return format_const(e.value)
     if isinstance(e, Access):
+        if e.tensor == INDEX_VALUE:  # a name, or a // or % atom in parentheses
+            text = format_affine(e.indices[0])
+            return text if e.indices[0].names() and text.isidentifier() else f"({text})"
         if not e.indices:
             return e.tensor
         return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"

@@ -163,6 +163,7 @@ class LoopParser(Parser):
         if self.peek().is_op("["):
             shape = self.index_list()
         buf = Buffer(ntok.value, shape, role)  # type: ignore[arg-type]
+        self.size_names.update(n for e in shape for n in e.names())  # a size written alone is its value
         self.note(buf, ntok)
         return buf
 
@@ -226,7 +227,11 @@ class LoopParser(Parser):
         lo = self.bound("max")
         self.expect("..")
         hi = self.bound("min")
-        body = self.block(f"loop '{var}'")
+        self.scope.append(var)  # the loop variable written alone in a value is its value
+        try:
+            body = self.block(f"loop '{var}'")
+        finally:
+            self.scope.pop()
         return For(var, lo, hi, body, parallel)
 
     def if_stmt(self) -> If:

@@ -57,7 +57,7 @@ from typing import Callable, Union
 
 from tcc.ir.diagnostics import TccError
 
-from .expr import MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
+from .expr import INDEX_VALUE, MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .loops import (
     ROLES,
@@ -362,6 +362,9 @@ class _Verifier:
                 self.index_names(cond.names(), lambda: f"the condition of where({cond}, ...)")
             elif isinstance(node, Access):
                 if not node.indices and self.scalar(node.tensor) is not None:
+                    continue
+                if node.tensor == INDEX_VALUE:
+                    self.index_names(node.indices[0].names(), lambda: f"the value {node}")
                     continue
                 self.buffer_access(node.tensor, node.indices)
                 self.record(False, node.tensor, node.indices)

@@ -33,6 +33,7 @@ from typing import Iterable, Iterator
 from .diagnostics import Loc, SourceMap, TccError
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
+    INDEX_VALUE,
     MATMUL,
     MATRIX_ARITY,
     MATRIX_FUNCTIONS,
@@ -87,6 +88,7 @@ class Parser(ConditionParser):
         self.i = 0
         self.depth = 0
         self.scope: list[str] = []  # left-hand side indices and enclosing sum variables
+        self.size_names: set[str] = set()  # sizes of the inputs declared so far: values where written alone
         self.prev_end = 0
         self._lex_error: TccError | None = None
 
@@ -183,6 +185,7 @@ class Parser(ConditionParser):
                 extents = self.index_list()
             st.declared[ntok.value] = ntok
             if kind == "input":
+                self.size_names.update(n for e in extents or () for n in e.names())
                 st.inputs.append(TensorDecl(ntok.value, extents or (), ntok.loc))
                 st.shapes[ntok.value] = extents or ()
             else:
@@ -449,6 +452,8 @@ class Parser(ConditionParser):
         indices: tuple[Affine, ...] = ()
         if self.peek().is_op("["):
             indices = self.index_list()
+        elif word in self.scope or word in self.size_names:  # an index or a size as a value: `x[i] * i / n`
+            indices, word = (Affine.var(word),), INDEX_VALUE
         node = Access(word, indices)
         self.record(node, tok)
         return node

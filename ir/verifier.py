@@ -11,7 +11,7 @@ from __future__ import annotations
 from .diagnostics import TccError
 
 from .bounds import prove_in_bounds
-from .expr import MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
+from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
@@ -135,6 +135,9 @@ class _Verifier:
                 raise self.error(
                     f"{node} is not element-wise: it can only be the whole body of a definition", loc
                 )
+            if isinstance(node, Access) and node.tensor == INDEX_VALUE:  # `i`, `n` as a value
+                self.names(node.indices[0].names(), here, loc, "the value " + str(node))
+                continue
             if isinstance(node, Access):
                 self.access(node, d, here, defined, loc)
                 continue

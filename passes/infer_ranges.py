@@ -205,7 +205,7 @@ class _Inference:
             )
 
     def clip_bounded_csums(self) -> None:
-        """Intersect each bounded constrained sum with the ranges its accesses allow.
+        """Intersect each bounded constrained sum with the points where its accesses are in bounds.
 
         A constrained sum whose own constraints bound its variables used to
         keep exactly those bounds, so one constraint more could make a valid
@@ -213,41 +213,31 @@ class _Inference:
         x - y <= 4](inp[x, y])`` is a diamond reaching ``x = -1``, while with
         any three of its constraints the range came from ``inp``'s extents.
         Like an unbounded one (and like ``sum[k]``), it now also ranges only
-        where its accesses are in bounds: each variable gets the bounds its
-        accesses give it (the other variables held by their ranges or the
-        sum's constraints), added as constraints where the sum's own ones do
-        not already imply them.  Bounds that cannot be found teach nothing;
-        the bounds check then reports what is out of bounds.
+        where its accesses are in bounds: for each access evaluated at every
+        point of the sum (directly in its body: not under a ``where`` or an
+        inner sum), ``0 <= e`` and ``e <= extent - 1`` of each index ``e`` that
+        mentions the sum's variables are added to its constraints -- they are
+        affine, so the intersection is exact -- unless the constraints (with
+        the definition's index ranges) already imply them.
         """
+        d = self.d
         for node in self.bounded_csums.values():
             facts = self.base
+            for i, (lo, hi) in self.lhs_known.items():
+                facts = facts.with_range(i, list(lo), list(hi))
             for c in node.constraints:
                 facts = facts.with_cond(c)
+            allowed = set(node.vars) | set(d.indices) | set(self.sizes)
             extra: list[Cond] = []
-            for v in node.vars:
-                key = ("csum", id(node), v)
-
-                def known(k: object, key: object = key) -> object:
-                    return None if k == key else self.known_range(k)
-
-                lows: list[Affine] = []
-                highs: list[Affine] = []
-                for use in self.all_uses:
-                    if not any(s is node for s in use.scopes):
+            for use in self.all_uses:
+                if not use.scopes or use.scopes[-1] is not node or use.conds:
+                    continue
+                for ix, ext in zip(use.access.indices, self.program.extents_of(use.access.tensor) or ()):
+                    if not set(ix.names()) & set(node.vars) or not set(ix.names()) <= allowed or not ix.is_linear:
                         continue
-                    extents = self.program.extents_of(use.access.tensor)
-                    for ix, ext in zip(use.access.indices, extents or ()):
-                        if v not in ix.names():
-                            continue
-                        found = _constrain(ix, ext, use.scopes, self.resolve, known, self.base, self.sizes)
-                        if found is not None and found[0] == key:
-                            lows.extend(found[1])
-                            highs.extend(found[2])
-                var = Affine.var(v)
-                for bound, is_low in [(b, True) for b in dict.fromkeys(lows)] + [(b, False) for b in dict.fromkeys(highs)]:
-                    cond = Compare("<=", bound, var) if is_low else Compare("<=", var, bound)
-                    if not facts.implies(cond):
-                        extra.append(cond)
+                    for cond in (Compare("<=", Affine.constant(0), ix), Compare("<=", ix, ext - 1)):
+                        if cond not in extra and not facts.implies(cond):
+                            extra.append(cond)
             if extra:
                 self.clips[id(node)] = extra
 

@@ -15,7 +15,7 @@ from typing import Mapping
 from llvmlite import ir
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
+from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
 from tcc.ir.index_range import check_index_range
 
@@ -255,6 +255,8 @@ class ExprLowering:
         b = self.b
         if isinstance(e, Const):
             return self.const(e.value)
+        if isinstance(e, Access) and e.tensor == INDEX_VALUE:  # an index or size as a value
+            return b.sitofp(self.affine(e.indices[0], idx), self.elt)
         if isinstance(e, Access):
             if not e.indices and e.tensor in scalars:
                 kind, v = scalars[e.tensor]
@@ -386,6 +388,8 @@ def _small_int(e: Expr) -> int | None:
 def _speculatable(e: Expr, scalars: Scalars) -> bool:
     """True when ``e`` has no buffer load and no call, so a select may evaluate it unconditionally."""
     for node in postorder(e):
+        if isinstance(node, Access) and node.tensor == INDEX_VALUE:
+            continue  # integer arithmetic: always safe to evaluate
         if isinstance(node, Access):
             if node.indices or node.tensor not in scalars:
                 return False
