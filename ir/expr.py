@@ -16,9 +16,10 @@ whole programs, imports this module and not the other way round.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Generator, Mapping, Tuple, Union
+from typing import Any, Callable, Mapping, Tuple, Union
 
 from .index import Affine, Cond, format_affine, format_cond, format_conjunct
+from .trampoline import Step, trampoline  # re-exported: visitors everywhere import them from here
 
 UNARY_FUNCTIONS = (
     "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -556,52 +557,6 @@ def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
     while f"{base}{k}" in taken:
         k += 1
     return f"{base}{k}"
-
-
-# ---------------------------------------------------------------------------
-# Deep trees without deep recursion
-# ---------------------------------------------------------------------------
-
-#: A visitor step: a generator that yields the sub-steps whose results it
-#: needs (each one is sent back as the value of its ``yield``) and returns
-#: its own result.
-Step = Generator["Step", Any, Any]
-
-
-def trampoline(step: Step) -> Any:
-    """Run a visitor written as generators, with an explicit stack.
-
-    A flat sum of n terms is a left-deep tree n levels deep, and passes build
-    chains as long (an adjoint collects one term per use of a tensor), so a
-    recursive visitor overflows Python's stack (about 1,000 frames) or,
-    with the limit raised, the C stack.  Written as generators, a visitor
-    keeps its recursive shape: where it would call ``self.visit(child)`` it
-    writes ``yield self.visit(child)``, and this loop, not the interpreter's
-    stack, holds the pending frames.  Exceptions travel back up through the
-    generators as if they were ordinary calls, so ``try``/``finally`` in a
-    step still runs.  (A step must not ``yield from`` another: delegation
-    nests C frames again.)
-    """
-    stack: list[Step] = [step]
-    value: Any = None
-    error: BaseException | None = None
-    while stack:
-        top = stack[-1]
-        try:
-            request = top.throw(error) if error is not None else top.send(value)
-        except StopIteration as done:
-            stack.pop()
-            value, error = done.value, None
-            continue
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's step, or below
-            stack.pop()
-            if not stack:
-                raise
-            value, error = None, exc
-            continue
-        stack.append(request)
-        value, error = None, None
-    return value
 
 
 # ---------------------------------------------------------------------------
