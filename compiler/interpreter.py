@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
+from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
 
@@ -186,6 +186,13 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "*": np.multiply,
     "/": np.divide,
     "**": _pow,
+    "max": np.maximum,  # NaN propagates; at a tie (-0 and +0) the second argument, as in compiled code
+    "min": np.minimum,
+}
+
+#: value comparisons of ``where``: IEEE (NaN compares false, except ``!=``)
+_COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
 }
 
 
@@ -252,6 +259,12 @@ class _Evaluator:
             lhs = yield self.step(node.lhs, sc, active)
             rhs = yield self.step(node.rhs, sc, active)
             return np.asarray(fn(lhs, rhs), dtype=self.dtype)
+        if isinstance(node, Select):  # eager: every operand is in bounds
+            lhs = yield self.step(node.lhs, sc, active)
+            rhs = yield self.step(node.rhs, sc, active)
+            then = yield self.step(node.then, sc, active)
+            other = yield self.step(node.other, sc, active)
+            return np.asarray(np.where(_COMPARE[node.op](lhs, rhs), then, other), dtype=self.dtype)
         if isinstance(node, Where):
             return (yield self.where_(node, sc, active))
         if isinstance(node, Sum):

@@ -135,6 +135,36 @@ class Binary(Expr):
         return (self.lhs, self.rhs)
 
 
+#: Comparisons of values in ``where``; ``!=`` is true for NaN, the others false (IEEE, as NumPy).
+VALUE_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+#: Element-wise extremes of two values, written ``max(a, b)`` / ``min(a, b)``; NaN propagates.
+EXTREMES = ("max", "min")
+
+
+class Select(Expr):
+    """``where(lhs OP rhs, then, other)`` for a comparison of **values** (issue 14).
+
+    Unlike :class:`Where`, whose condition compares indices and whose
+    untaken branch may read out of bounds, both branches of a select are
+    in bounds without the condition (``infer-ranges`` proves them so), so
+    it is evaluated eagerly, like arithmetic: all four children are plain
+    operands.  ``and``, ``or`` and ``not`` of value comparisons are nested
+    selects (the parser desugars them); its derivative is that of the
+    chosen branch, the condition held fixed.
+    """
+
+    __slots__ = ("op", "lhs", "rhs", "then", "other")
+    _fields = ("op", "lhs", "rhs", "then", "other")
+    op: str
+    lhs: Expr
+    rhs: Expr
+    then: Expr
+    other: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.lhs, self.rhs, self.then, self.other)
+
+
 class Where(Expr):
     """``where(cond, then, other)``: cond only compares index expressions."""
 
@@ -352,6 +382,8 @@ def rebuild(node: Expr, children: tuple[Expr, ...]) -> Expr:
         return Binary(node.op, children[0], children[1])
     if isinstance(node, Where):
         return Where(node.cond, children[0], children[1])
+    if isinstance(node, Select):
+        return Select(node.op, *children)
     if isinstance(node, Sum):
         return Sum(node.var, node.lo, node.hi, children[0])
     if isinstance(node, CSum):
@@ -475,80 +507,6 @@ def all_names(root: Expr) -> tuple[str, ...]:
     return tuple(out)
 
 
-def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
-    """Replace free index names by affine expressions, renaming bound variables that would capture."""
-    if not mapping:
-        return root
-    incoming: set[str] = {n for a in mapping.values() for n in a.names()}
-    return trampoline(_Substitution(incoming).run(root, dict(mapping)))
-
-
-class _Substitution:
-    """One substitution; memoised per (node, mapping) since inner sums narrow the mapping.
-
-    Its methods are steps for :func:`trampoline`: substitution reaches every
-    node of a long sum, a tree as deep as it is long.
-    """
-
-    def __init__(self, incoming: set[str]) -> None:
-        self.incoming = incoming
-        self.memo: dict[tuple[int, frozenset], Expr] = {}
-
-    def run(self, node: Expr, mapping: dict[str, Affine]) -> Step:
-        return (yield self.visit(node, mapping, frozenset(mapping.items())))
-
-    def visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Step:
-        hit = self.memo.get((id(node), key))
-        if hit is None:
-            hit = yield self._visit(node, mapping, key)
-            self.memo[(id(node), key)] = hit
-        return hit
-
-    def _visit(self, node: Expr, mapping: dict[str, Affine], key: frozenset) -> Step:
-        if isinstance(node, (Const, MatrixFn)):
-            return node
-        if isinstance(node, Access):
-            return Access(node.tensor, tuple(i.substitute(mapping) for i in node.indices))
-        if isinstance(node, Where):
-            then = yield self.visit(node.then, mapping, key)
-            other = yield self.visit(node.other, mapping, key)
-            return Where(node.cond.substitute(mapping), then, other)
-        if isinstance(node, (Unary, Binary)):
-            kids = []
-            for c in node.children():
-                kids.append((yield self.visit(c, mapping, key)))
-            return rebuild(node, tuple(kids))
-        if not isinstance(node, (Sum, CSum)):  # pragma: no cover - exhaustive
-            raise TypeError(node)
-        bound = bound_vars(node)
-        body_map = {k: v for k, v in mapping.items() if k not in bound}
-        captured = [v for v in bound if v in self.incoming]
-        if captured:
-            # a bound variable that appears in a substituted expression must be renamed
-            taken = set(self.incoming) | set(all_names(node)) | set(body_map)
-            for v in captured:
-                fresh = fresh_name(v, taken)
-                taken.add(fresh)
-                body_map[v] = Affine.var(fresh)
-                self.incoming.add(fresh)
-        renamed = {v: str(body_map[v].terms[0][0]) if v in captured else v for v in bound}
-        body = node.children()[0]
-        if body_map:
-            body = yield self.run(body, body_map)
-        if isinstance(node, Sum):
-            return Sum(
-                renamed[node.var],
-                tuple(b.substitute(mapping) for b in node.lo),
-                tuple(b.substitute(mapping) for b in node.hi),
-                body,
-            )
-        return CSum(
-            tuple(renamed[v] for v in node.vars),
-            tuple(c.substitute(body_map) for c in node.constraints),
-            body,
-        )
-
-
 def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
     """``base`` if free, else the smallest integer suffix that makes it free (DESIGN.md rule)."""
     if base not in taken:
@@ -582,7 +540,7 @@ def format_const(value: int | float) -> str:
 
 def _level(e: Expr) -> int:
     if isinstance(e, Binary):
-        return _BIN_LEVEL[e.op]
+        return _BIN_LEVEL.get(e.op, _ATOM)  # max(a, b) is written as a call
     if isinstance(e, Unary) and e.op == "neg":
         return _UNARY
     if isinstance(e, Const) and (e.value < 0 or (isinstance(e.value, float) and str(e.value).startswith("-"))):
@@ -652,6 +610,10 @@ class ExprPrinter:
                     return ["-(", (e.operand, 0), ")"]
                 return ["-", (e.operand, _POW)]
             return [f"{e.op}(", (e.operand, 0), ")"]
+        if isinstance(e, Binary) and e.op in EXTREMES:
+            return [f"{e.op}(", (e.lhs, 0), ", ", (e.rhs, 0), ")"]
+        if isinstance(e, Select):
+            return ["where(", (e.lhs, 0), f" {e.op} ", (e.rhs, 0), ", ", (e.then, 0), ", ", (e.other, 0), ")"]
         if isinstance(e, Binary):
             lvl = _BIN_LEVEL[e.op]
             if e.op == "**":

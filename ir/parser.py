@@ -33,6 +33,7 @@ from typing import Iterable, Iterator
 from .diagnostics import Loc, SourceMap, TccError
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
+    EXTREMES,
     INDEX_VALUE,
     MATMUL,
     MATRIX_ARITY,
@@ -52,7 +53,7 @@ from .expr import (
     free_names,
     postorder,
 )
-from .cond_parser import ConditionParser
+from .cond_parser import ConditionParser, select
 from .index import Affine, Cond
 from .lexer import KEYWORDS, Token, tokenize
 from .program import Assumption, Definition, Program, TensorDecl, assumption_error
@@ -426,13 +427,27 @@ class Parser(ConditionParser):
         if word == "where":
             self.advance()
             self.expect("(")
-            cond = self.cond()
+            cond = self.where_condition()
             self.expect(",")
             then = self.expr()
             self.expect(",")
             other = self.expr()
             self.expect(")")
-            return Where(cond, then, other)
+            return select(cond, then, other)
+        if word in EXTREMES and self.peek(1).is_op("("):  # max(a, b, ...): folded left
+            self.advance()
+            self.expect("(")
+            args = [self.expr()]
+            while self.peek().is_op(","):
+                self.advance()
+                args.append(self.expr())
+            self.expect(")")
+            if len(args) < 2:
+                raise self.error(f"{word}(...) of values takes two or more arguments; {word}[k](...) is a reduction", tok)
+            node = args[0]
+            for a in args[1:]:
+                node = Binary(word, node, a)
+            return node
         if word in MATRIX_ARITY and self.peek(1).is_op("("):
             if word == MATMUL:
                 example = "C[i, j] = matmul(A, B)[i, j]"
@@ -575,6 +590,9 @@ class Parser(ConditionParser):
                 self.advance()
                 return Affine.constant(int(tok.value))
             if tok.kind == "NAME":
+                if self.peek(1).is_op("[", "("):  # x[0] in a sum bound, `sum[i | x[i] > 0]`, `assume`
+                    raise self.error(f"'{tok.value}{self.peek(1).value}...' is a value, but index expressions (bounds, "
+                                     "extents, index conditions) are integers: compare values in where(...)", tok)
                 return Affine.var(self.name().value)
             if tok.is_op("("):
                 self.advance()

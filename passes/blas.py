@@ -142,9 +142,9 @@ from tcc.ir.expr import (
     free_names,
     fresh_name,
     postorder,
-    substitute,
     transform,
 )
+from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program

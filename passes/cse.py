@@ -42,9 +42,9 @@ from tcc.ir.expr import (
     postorder,
     postorder_except,
     rebuild,
-    substitute,
     trampoline,
 )
+from tcc.ir.substitution import substitute
 from tcc.ir.bounds import facts_at, uses
 from tcc.ir.index import Affine, Compare, negate
 from tcc.ir.polyhedra import Facts, definition_facts

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, substitute, transform
+from tcc.ir.expr import ZERO, CSum, Expr, Where, all_names, transform
+from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, Compare, Cond, compare, conjuncts, make_and
 from tcc.ir.constrained_sums import eliminate_var_atoms
 from tcc.ir.program import Program

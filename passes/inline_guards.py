@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.ir.expr import Access, Binary, CSum, Expr, MatrixFn, Sum, Unary, is_guard, postorder, substitute, transform
+from tcc.ir.expr import Access, Binary, CSum, Expr, MatrixFn, Sum, Unary, is_guard, postorder, transform
+from tcc.ir.substitution import substitute
 from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext

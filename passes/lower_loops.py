@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.expr import (
-    Access, Binary, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder, trampoline,
+    Access, Binary, Const, CSum, Expr, MatrixFn, Select, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder,
+    trampoline,
 )
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
@@ -227,6 +228,11 @@ class _BodyLowering:
             lhs = yield self.value(e.lhs, out)
             rhs = yield self.value(e.rhs, out)
             return Binary(e.op, lhs, rhs)
+        if isinstance(e, Select):  # eager: all four operands are in bounds
+            kids = []
+            for c in e.children():
+                kids.append((yield self.value(c, out)))
+            return Select(e.op, *kids)
         if isinstance(e, Where):
             return (yield self.where(e, out))
         if isinstance(e, Sum):

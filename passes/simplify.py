@@ -40,10 +40,10 @@ from tcc.ir.expr import (
     is_zero,
     postorder,
     rebuild,
-    substitute,
     trampoline,
     transform,
 )
+from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_and, negate
 from tcc.ir.constrained_sums import rewrite_indices
 from tcc.ir.polyhedra import Facts, definition_facts, program_facts

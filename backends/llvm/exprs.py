@@ -15,7 +15,7 @@ from typing import Mapping
 from llvmlite import ir
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, CSum, Expr, Sum, Unary, Where, postorder
+from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
 from tcc.ir.index_range import check_index_range
 
@@ -268,6 +268,10 @@ class ExprLowering:
             return self.binary(e, idx, scalars)
         if isinstance(e, Where):
             return self.where_(e, idx, scalars)
+        if isinstance(e, Select):  # eager: every operand is in bounds
+            lhs, rhs, then, other = (self.expr(c, idx, scalars) for c in e.children())
+            cond = b.fcmp_unordered("!=", lhs, rhs) if e.op == "!=" else b.fcmp_ordered(e.op, lhs, rhs)
+            return b.select(cond, then, other)
         if isinstance(e, (Sum, CSum)):
             raise TccError(f"{self.where} still holds a sum; L2 expressions have none (run lower-loops)")
         raise TccError(f"cannot lower {type(e).__name__} in {self.where}")
@@ -281,10 +285,20 @@ class ExprLowering:
                 return self.int_power(lhs, n)
             return self.math("pow", lhs, self.expr(e.rhs, idx, scalars))
         rhs = self.expr(e.rhs, idx, scalars)
+        if e.op in ("max", "min"):
+            return self.extreme(e.op, lhs, rhs)
         op = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}.get(e.op)
         if op is None:
             raise TccError(f"unknown operator '{e.op}' in {self.where}")
         return op(lhs, rhs, flags=self.arith_flags)
+
+    def extreme(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``max``/``min`` as NumPy's ``maximum``/``minimum``: NaN if either is NaN, else the larger (smaller),
+        the second at a tie (``max(-0, +0)`` is ``+0``, ``max(+0, -0)`` is ``-0``): selects, which vectorise."""
+        b = self.b
+        wins = b.fcmp_ordered(">" if op == "max" else "<", x, y)
+        pick = b.select(wins, x, y)
+        return b.select(b.fcmp_unordered("uno", x, x), x, pick)  # x NaN: x; y NaN: the compare fails, y
 
     def int_power(self, x: ir.Value, n: int) -> ir.Value:
         """``x ** n`` by squaring and multiplying; ``1 / x ** -n`` for negative n."""

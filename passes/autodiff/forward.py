@@ -60,6 +60,7 @@ from tcc.ir.expr import (
     ZERO,
     Access,
     Binary,
+    Select,
     Const,
     CSum,
     Expr,
@@ -272,7 +273,7 @@ class _Forward(Derivation):
                 ta, tb = tangent[id(n.then)], tangent[id(n.other)]
                 if ta is not None or tb is not None:
                     t = Where(n.cond, ZERO if ta is None else ta, ZERO if tb is None else tb)
-            elif isinstance(n, (Unary, Binary)):
+            elif isinstance(n, (Unary, Binary, Select)):
                 value = value_of_root if n is h.body else n
                 # the chain rule with reverse mode's local derivatives: called with
                 # the tangent of one child as the "adjoint", the entries for that

@@ -57,8 +57,8 @@ from tcc.ir.expr import (
     fresh_name,
     neg,
     postorder,
-    substitute,
 )
+from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, And, Compare
 from tcc.ir.program import Definition, Program, TensorDecl
 from tcc.passes.autodiff.rules import Derivation, add, check_arguments, child_adjoints, mul, relevant_definitions

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import ONE, ZERO, Binary, Const, Expr, Unary, Where, accessed_tensors, fresh_name, is_one, is_zero, neg
+from tcc.ir.expr import EXTREMES, ONE, ZERO, Binary, Const, Expr, Select, Unary, Where, accessed_tensors, fresh_name, is_one, is_zero, neg
 from tcc.ir.index import Affine, negate
 from tcc.ir.program import Definition, Program
 
@@ -152,9 +152,47 @@ def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
             return [(x, div(a, y)), (y, neg(div(mul(a, x), _pow(y, Const(2)))))]
         if node.op == "**":
             return _pow_adjoints(x, y, a, value)
+        if node.op in EXTREMES:
+            return _extreme_adjoints(node, a, value)
     if isinstance(node, Where):
         return [(node.then, Where(node.cond, a, ZERO)), (node.other, Where(negate(node.cond), a, ZERO))]
+    if isinstance(node, Select):  # the condition is held fixed: only the chosen branch gets the adjoint
+        return [(node.then, Select(node.op, node.lhs, node.rhs, a, ZERO)),
+                (node.other, Select(node.op, node.lhs, node.rhs, ZERO, a))]
     return []
+
+
+def _extreme_adjoints(node: Binary, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
+    """``max(x, y)`` (``min``): the adjoint goes to the arguments equal to the result, split equally at ties.
+
+    As JAX and PyTorch do for a max reduction, and as a gather: each
+    argument is compared with the result ``value`` (the stored ``h[α]`` at
+    a definition's root), never scattered to an argmax.  ``max(a, b, c)``
+    is ``max(max(a, b), c)``; counting the ties among all the *leaves* of
+    the chain (not just the two operands) makes the shares equal for every
+    argument: at ``a = b = c`` the inner ``max(a, b)`` gets 2/3 and splits
+    it in halves, 1/3 each.  NaN makes every comparison false: 0/0, NaN.
+    """
+    def leaves(e: Expr) -> list[Expr]:
+        out, stack = [], [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Binary) and x.op == node.op:
+                stack += [x.rhs, x.lhs]
+            else:
+                out.append(x)
+        return out
+
+    def ties(e: Expr) -> Expr:
+        count: Expr | None = None
+        for leaf in leaves(e):
+            count = add(count, Select("==", leaf, value, ONE, ZERO))
+        assert count is not None
+        return count
+
+    tx, ty = ties(node.lhs), ties(node.rhs)
+    total = Binary("+", tx, ty)
+    return [(node.lhs, div(mul(a, tx), total)), (node.rhs, div(mul(a, ty), total))]
 
 
 # ---------------------------------------------------------------------------
