@@ -54,6 +54,7 @@ from .expr import (
     postorder,
 )
 from .cond_parser import ConditionParser, select
+from .user_functions import FunctionDefinitions
 from .index import Affine, Cond
 from .lexer import KEYWORDS, Token, tokenize
 from .program import Assumption, Definition, Program, TensorDecl, assumption_error
@@ -80,7 +81,7 @@ class _Statements:
     assumptions: list[tuple[Cond, Token]] = field(default_factory=list)  # `assume cond` lines
 
 
-class Parser(ConditionParser):
+class Parser(ConditionParser, FunctionDefinitions):
     def __init__(self, text: str, filename: str = "<input>"):
         self.text = text
         self.source = SourceMap(filename, text, {})
@@ -90,6 +91,8 @@ class Parser(ConditionParser):
         self.depth = 0
         self.scope: list[str] = []  # left-hand side indices and enclosing sum variables
         self.size_names: set[str] = set()  # sizes of the inputs declared so far: values where written alone
+        self.functions: dict[str, tuple[tuple[str, ...], Expr]] = {}  # `def` lines: parameters, body
+        self.defining: str | None = None  # the function whose body is being read
         self.prev_end = 0
         self._lex_error: TccError | None = None
 
@@ -162,6 +165,8 @@ class Parser(ConditionParser):
             if tok.is_word(*_DECL_WORDS):
                 self.advance()
                 self.declarations(st, tok.value)
+            elif self.starts_function_definition():
+                self.function_definition()
             elif tok.is_word("assume") and not self.peek(1).is_op("=", "["):  # `assume = ...` defines a tensor
                 self.advance()
                 st.assumptions.append((self.cond(), tok))
@@ -460,9 +465,13 @@ class Parser(ConditionParser):
             arg = self.expr()
             self.expect(")")
             return Unary(word, arg)
+        if word in self.functions and self.peek(1).is_op("("):
+            return self.call(tok)
         self.name()  # reports reserved words
         if self.peek().is_op("("):
-            known = ", ".join(UNARY_FUNCTIONS)
+            if word == self.defining:
+                raise self.error(f"'{word}' calls itself: user functions are inlined and cannot recurse", tok)
+            known = ", ".join(UNARY_FUNCTIONS + tuple(self.functions))
             raise self.error(f"unknown function '{word}' (functions: {known})", tok)
         indices: tuple[Affine, ...] = ()
         if self.peek().is_op("["):
