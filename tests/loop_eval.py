@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.interpreter import _BINARY, _UNARY, matrix_function
-from tcc.ir.expr import Access, Binary, Const, Expr, Unary, Where
+from tcc.interpreter import _BINARY, _COMPARE, _UNARY, matrix_function
+from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, Expr, Select, Unary, Where
 from tcc.ir.loops import Accumulate, Extern, For, If, Let, Local, LoopProgram, Stmt, Store
 
 
@@ -144,6 +144,11 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
                 raise NameError(f"'{e.tensor}' is not in scope")
         if isinstance(e, Const):
             return np.float64(e.value)
+        if isinstance(e, Access) and e.tensor == INDEX_VALUE:  # an index or size as a value
+            return np.float64(e.indices[0].evaluate(env))
+        if isinstance(e, Select):  # a value condition: eager
+            lhs, rhs, then, other = (np.float64(expr(c, env)) for c in e.children())
+            return then if _COMPARE[e.op](lhs, rhs) else other
         if isinstance(e, Access):
             if e.tensor not in run.buffers:
                 raise NameError(f"'{e.tensor}' is not in scope")
