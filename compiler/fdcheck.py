@@ -162,6 +162,11 @@ def _checked_arguments(program: Any, of: str, wrt: Sequence[str] | str, eps: flo
     return wrt
 
 
+def sizes_for(src: Any, sizes: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Every size of ``src``: the given ones, the defaults for the rest, moved to meet its ``assume`` lines."""
+    return _bound_sizes(src, sizes)
+
+
 def _bound_sizes(src: Any, sizes: Mapping[str, int] | None) -> dict[str, int]:
     """Every size of ``src``: the given ones, the defaults for the rest."""
     names = src.sizes()

@@ -33,6 +33,7 @@ class ConditionParser:
     unexpected: Any
     index: Any
     expr: Any
+    value_names: set[str]
 
     def cond(self) -> Cond:
         parts = [self.cand()]
@@ -94,7 +95,11 @@ class ConditionParser:
         fails, one that also compares values (``x[i] > 0 and i < n - 1``): see :func:`select`."""
         save, depth = self.i, self.depth
         try:
-            return ("idx", self.cond())
+            cond = self.cond()
+            values = sorted(set(cond.names()) & self.value_names)
+            if not values:
+                return ("idx", cond)
+            first = self.error(f"'{values[0]}' is a tensor, not an index", self.peek())  # `s > 0`: compares values
         except TccError as e1:
             first = e1
         self.i, self.depth = save, depth
@@ -125,10 +130,13 @@ class ConditionParser:
                 self.advance()
                 return ("not", self.vnot())
             save, depth = self.i, self.depth
-            try:  # an index comparison, as in any condition
-                return ("idx", self.compare())
+            try:  # an index comparison, as in any condition, unless it names a tensor or scalar
+                c = self.compare()
+                if not set(c.names()) & self.value_names:
+                    return ("idx", c)
             except TccError:
-                self.i, self.depth = save, depth
+                pass
+            self.i, self.depth = save, depth
             if self.peek().is_op("("):  # a parenthesised condition, or a value that starts with '('
                 try:
                     self.advance()

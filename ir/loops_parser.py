@@ -163,6 +163,7 @@ class LoopParser(Parser):
         if self.peek().is_op("["):
             shape = self.index_list()
         buf = Buffer(ntok.value, shape, role)  # type: ignore[arg-type]
+        self.value_names.add(ntok.value)
         self.size_names.update(n for e in shape for n in e.names())  # a size written alone is its value
         self.note(buf, ntok)
         return buf
@@ -204,11 +205,13 @@ class LoopParser(Parser):
             name = self.name("a scalar name").value
             self.expect("=")
             s = Let(name, self.expr())
+            self.value_names.add(name)
         elif tok.is_word("local"):
             self.advance()
             name = self.name("a scalar name").value
             self.expect("=")
             s = Local(name, self.expr())
+            self.value_names.add(name)
         elif tok.is_word("if") and not (nxt.is_op("[", "=") or self.accumulate_op(1)):
             s = self.if_stmt()
         elif tok.is_word("extern") and nxt.is_word(*MATRIX_ARITY):

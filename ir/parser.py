@@ -93,6 +93,7 @@ class Parser(ConditionParser, FunctionDefinitions):
         self.size_names: set[str] = set()  # sizes of the inputs declared so far: values where written alone
         self.functions: dict[str, tuple[tuple[str, ...], Expr]] = {}  # `def` lines: parameters, body
         self.defining: str | None = None  # the function whose body is being read
+        self.value_names: set[str] = set()  # tensors (and L2 scalars) so far: `s > 0` with them compares values
         self.prev_end = 0
         self._lex_error: TccError | None = None
 
@@ -190,6 +191,7 @@ class Parser(ConditionParser, FunctionDefinitions):
             if self.peek().is_op("["):
                 extents = self.index_list()
             st.declared[ntok.value] = ntok
+            self.value_names.add(ntok.value)
             if kind == "input":
                 self.size_names.update(n for e in extents or () for n in e.names())
                 st.inputs.append(TensorDecl(ntok.value, extents or (), ntok.loc))
@@ -239,6 +241,7 @@ class Parser(ConditionParser, FunctionDefinitions):
         else:
             st.defs[ntok.value] = (ntok, tuple(indices), self.expr())
         self.scope = []
+        self.value_names.add(ntok.value)
 
     def assemble(self, st: _Statements) -> Program:
         """The program once every line is read: each declared output or local

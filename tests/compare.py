@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import tcc
-from tcc.fdcheck import default_sizes
+from tcc.fdcheck import sizes_for
 from tcc.interpreter import evaluate
 from tcc.sizes import extents_shape
 
@@ -16,7 +16,7 @@ RTOL = {"float64": 1e-12, "float32": 1e-5}
 def random_inputs(program: Any, sizes: Mapping[str, int] | None = None, seed: int = 0, dtype: str = "float64") -> dict[str, np.ndarray]:
     """Inputs in [0.25, 0.75) (log, sqrt and powers stay tame) for the given or default sizes."""
     rng = np.random.default_rng(seed)
-    sizes = dict(sizes) if sizes is not None else default_sizes(program.sizes())
+    sizes = dict(sizes) if sizes is not None else sizes_for(program)
     return {
         d.name: rng.uniform(0.25, 0.75, extents_shape(d.extents, sizes)).astype(dtype)
         for d in program.inputs

@@ -16,7 +16,7 @@ import tcc
 from compare import assert_matches_interpreter
 from conftest import RECORDED_DERIVATIVES
 from tcc.ir.diagnostics import TccError
-from tcc.fdcheck import default_sizes
+from tcc.fdcheck import sizes_for
 
 pytestmark = [pytest.mark.recorded_corpus, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def _compare_each(programs: list, compare, total: int) -> None:
     checked = 0
     for program in programs:
         try:
-            compare(program, default_sizes(program.sizes()))
+            compare(program, sizes_for(program))
         except TccError as exc:
             if "negative extent" not in exc.message:
                 raise

@@ -138,3 +138,13 @@ def test_values_where_only_indices_may_appear_are_errors(text: str, message: str
     with pytest.raises(TccError) as info:
         tcc.parse(text)
     assert message in info.value.message and info.value.loc is not None
+
+
+def test_a_comparison_naming_a_tensor_compares_values() -> None:
+    """``s > 0`` with a scalar input ``s`` reads like an index comparison, but ``s`` is a value."""
+    src = "input x[n], s\ny[i] = where(s > 0 and i > 0, x[i], 0)\n"
+    p = tcc.parse(src)
+    assert isinstance(p.definitions[0].body, Select)
+    x = np.arange(1.0, 5.0)
+    np.testing.assert_array_equal(tcc.compile(src)(x=x, s=1.0)["y"], [0.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(tcc.compile(src)(x=x, s=-1.0)["y"], np.zeros(4))
