@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tcc.ir.diagnostics import TccError
+from tcc.ir.user_functions import Call
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
@@ -259,6 +260,8 @@ class _Evaluator:
             lhs = yield self.step(node.lhs, sc, active)
             rhs = yield self.step(node.rhs, sc, active)
             return np.asarray(fn(lhs, rhs), dtype=self.dtype)
+        if isinstance(node, Call):  # a user function with custom derivatives: its body
+            return (yield self.step(node.value(), sc, active))
         if isinstance(node, Select):  # eager: every operand is in bounds
             lhs = yield self.step(node.lhs, sc, active)
             rhs = yield self.step(node.rhs, sc, active)

@@ -388,6 +388,8 @@ def rebuild(node: Expr, children: tuple[Expr, ...]) -> Expr:
         return Sum(node.var, node.lo, node.hi, children[0])
     if isinstance(node, CSum):
         return CSum(node.vars, node.constraints, children[0])
+    if hasattr(node, "with_children"):  # node kinds defined elsewhere (tcc.ir.user_functions.Call)
+        return node.with_children(children)
     return node
 
 
@@ -638,6 +640,8 @@ class ExprPrinter:
         if isinstance(e, CSum):
             cons = ", ".join(format_conjunct(c) for c in e.constraints)
             return [f"sum[{', '.join(e.vars)} | {cons}](", (e.body, 0), ")"]
+        if hasattr(e, "text_pieces"):  # node kinds defined elsewhere print themselves
+            return e.text_pieces()
         raise TypeError(f"cannot print {type(e).__name__}")
 
 

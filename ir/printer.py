@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .expr import ExprPrinter, MatrixFn, format_expr
 from .index import Affine, format_affine, format_cond
+from .user_functions import format_function, functions_used
 
 __all__ = ["ExprPrinter", "format_cond", "format_expr", "format_program"]
 
@@ -22,7 +23,8 @@ def _decl(name: str, extents: tuple[Affine, ...]) -> str:
 
 
 def format_program(program) -> str:  # noqa: ANN001 - a Program: program.py imports this module for its __str__
-    lines: list[str] = []
+    # the functions with custom derivatives its calls need, so the text parses back
+    lines: list[str] = [format_function(c) for c in functions_used([d.body for d in program.definitions])]
     if program.inputs:
         lines.append("input " + ", ".join(_decl(d.name, d.extents) for d in program.inputs))
     outs = []

@@ -12,6 +12,7 @@ from typing import Mapping
 from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Select, Sum, Unary, Where, all_names, bound_vars, fresh_name, rebuild
 from .index import Affine
 from .trampoline import Step, trampoline
+from .user_functions import Call
 
 __all__ = ["substitute"]
 
@@ -54,7 +55,7 @@ class _Substitution:
             then = yield self.visit(node.then, mapping, key)
             other = yield self.visit(node.other, mapping, key)
             return Where(node.cond.substitute(mapping), then, other)
-        if isinstance(node, (Unary, Binary, Select)):
+        if isinstance(node, (Unary, Binary, Select, Call)):
             kids = []
             for c in node.children():
                 kids.append((yield self.visit(c, mapping, key)))

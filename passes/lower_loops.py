@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
+from tcc.ir.user_functions import Call
 from tcc.ir.expr import (
     Access, Binary, Const, CSum, Expr, MatrixFn, Select, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder,
     trampoline,
@@ -228,6 +229,8 @@ class _BodyLowering:
             lhs = yield self.value(e.lhs, out)
             rhs = yield self.value(e.rhs, out)
             return Binary(e.op, lhs, rhs)
+        if isinstance(e, Call):  # a user function with custom derivatives: from here on, its body
+            return (yield self.value(e.value(), out))
         if isinstance(e, Select):  # eager: all four operands are in bounds
             kids = []
             for c in e.children():

@@ -57,3 +57,60 @@ def test_bad_definitions_and_calls_are_located(text: str, line: int, col: int, m
 def test_a_tensor_may_still_be_called_def() -> None:
     p = tcc.parse("input x[n]\ndef[i] = 2 * x[i]\n")
     assert [d.name for d in p.definitions] == ["def"]
+
+
+CUSTOM = """def softplus(t) = log(1 + exp(t)) with d(t) = sigmoid(t)
+def ste(u, s) = where(u > 0, s, 0) with d(s) = 1, d(u) = s
+input x[n], y[n]
+f = sum[i](softplus(x[i] * y[i]) + ste(x[i] - 0.5, y[i]))
+"""
+
+
+def test_custom_derivatives_print_as_calls_and_parse_back() -> None:
+    p = tcc.parse(CUSTOM)
+    text = str(p)
+    assert text.startswith("def softplus(t) = log(1 + exp(t)) with d(t) = sigmoid(t)\n"
+                           "def ste(u, s) = where(u > 0, s, 0) with d(u) = s, d(s) = 1\n")
+    assert "softplus(x[i] * y[i]) + ste(x[i] - 0.5, y[i])" in text
+    assert str(tcc.parse(text)) == text
+    g = tcc.grad(p, of="f", wrt="x,y")
+    assert str(tcc.parse(str(g))) == str(g)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
+def test_values_use_the_body_and_gradients_the_custom_derivatives(target: str) -> None:
+    rng = np.random.default_rng(5)
+    x, y = rng.uniform(0, 1, 25), rng.uniform(-1, 1, 25)
+    f = float(tcc.compile(CUSTOM, target)(x=x, y=y)["f"])
+    want = np.sum(np.log1p(np.exp(x * y)) + np.where(x - 0.5 > 0, y, 0))
+    assert f == pytest.approx(float(want), rel=1e-13)
+    assert float(tcc.run(tcc.parse(CUSTOM), {"x": x, "y": y})["f"]) == pytest.approx(float(want), rel=1e-13)
+    g = tcc.compile(tcc.grad(tcc.parse(CUSTOM), of="f", wrt="x,y"), target)(x=x, y=y, df=np.asarray(1.0))
+    sig = 1 / (1 + np.exp(-x * y))
+    # softplus: its true derivative; ste: the straight-through d(u) = s, d(s) = 1 (the body's would be 0 and a step)
+    np.testing.assert_allclose(g["dx"], sig * y + y, rtol=1e-13)
+    np.testing.assert_allclose(g["dy"], sig * x + 1, rtol=1e-13)
+
+
+def test_custom_derivatives_are_differentiated_again() -> None:
+    src = "def sp(t) = log(1 + exp(t)) with d(t) = sigmoid(t)\ninput x[n]\nf = sum[i](sp(2 * x[i]))\n"
+    x = np.array([-1.0, 0.0, 0.5, 2.0])
+    h = tcc.hessian(tcc.parse(src), of="f", wrt="x")(x=x)
+    s = 1 / (1 + np.exp(-2 * x))
+    np.testing.assert_allclose(h, np.diag(4 * s * (1 - s)), rtol=1e-12)
+    jvp = tcc.jvp(tcc.parse(src), of="f", wrt="x")(x=x, dx=np.ones(4))
+    assert float(jvp) == pytest.approx(float(np.sum(2 * s)), rel=1e-13)
+    assert all(r.ok for r in tcc.check(tcc.parse(src), of="f", wrt="x"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("def f(a, b) = a * b with d(a) = b\ninput x[n]\ny[i] = x[i]\n",
+     "'f' needs a custom derivative for every parameter; missing: d(b)"),
+    ("def f(a) = a with d(q) = 1\ninput x[n]\ny[i] = x[i]\n", "'q' is not a parameter of 'f' (a)"),
+    ("def f(a) = a with d(a) = 1, d(a) = 2\ninput x[n]\ny[i] = x[i]\n", "d(a) is given twice"),
+    ("def f(a) = a with e(a) = 1\ninput x[n]\ny[i] = x[i]\n", "expected d(PARAMETER) = ..."),
+])
+def test_bad_custom_derivatives(text: str, message: str) -> None:
+    with pytest.raises(TccError) as info:
+        tcc.parse(text)
+    assert info.value.message.startswith(message)

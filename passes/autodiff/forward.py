@@ -55,6 +55,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from tcc.ir.diagnostics import TccError
+from tcc.ir.user_functions import Call
 from tcc.ir.expr import (
     ONE,
     ZERO,
@@ -273,7 +274,7 @@ class _Forward(Derivation):
                 ta, tb = tangent[id(n.then)], tangent[id(n.other)]
                 if ta is not None or tb is not None:
                     t = Where(n.cond, ZERO if ta is None else ta, ZERO if tb is None else tb)
-            elif isinstance(n, (Unary, Binary, Select)):
+            elif isinstance(n, (Unary, Binary, Select, Call)):
                 value = value_of_root if n is h.body else n
                 # the chain rule with reverse mode's local derivatives: called with
                 # the tangent of one child as the "adjoint", the entries for that

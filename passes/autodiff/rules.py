@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tcc.ir.diagnostics import TccError
+from tcc.ir.user_functions import Call
 from tcc.ir.expr import EXTREMES, ONE, ZERO, Binary, Const, Expr, Select, Unary, Where, accessed_tensors, fresh_name, is_one, is_zero, neg
 from tcc.ir.index import Affine, negate
 from tcc.ir.program import Definition, Program
@@ -156,6 +157,8 @@ def child_adjoints(node: Expr, a: Expr, value: Expr) -> list[tuple[Expr, Expr]]:
             return _extreme_adjoints(node, a, value)
     if isinstance(node, Where):
         return [(node.then, Where(node.cond, a, ZERO)), (node.other, Where(negate(node.cond), a, ZERO))]
+    if isinstance(node, Call):  # a user function with custom derivatives: its d(p), not its body's
+        return [(arg, mul(a, node.derivative(k))) for k, arg in enumerate(node.args)]
     if isinstance(node, Select):  # the condition is held fixed: only the chosen branch gets the adjoint
         return [(node.then, Select(node.op, node.lhs, node.rhs, a, ZERO)),
                 (node.other, Select(node.op, node.lhs, node.rhs, ZERO, a))]
