@@ -49,7 +49,7 @@ import numpy as np
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.user_functions import Call
-from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
+from tcc.ir.expr import INDEX_VALUE, Access, Binary, Reduce, Select, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
 from tcc.ir.index import Affine, format_affine
 from tcc.ir.program import Program
 
@@ -270,7 +270,7 @@ class _Evaluator:
             return np.asarray(np.where(_COMPARE[node.op](lhs, rhs), then, other), dtype=self.dtype)
         if isinstance(node, Where):
             return (yield self.where_(node, sc, active))
-        if isinstance(node, Sum):
+        if isinstance(node, (Sum, Reduce)):
             return (yield self.sum(node, sc, active))
         if isinstance(node, CSum):
             return (yield self.step(self.lower_csum(node), sc, active))
@@ -358,9 +358,12 @@ class _Evaluator:
         other = yield self.step(node.other, sc, off)
         return np.where(c, then, other)
 
-    def sum(self, node: Sum, sc: _Scope, active: np.ndarray) -> Step:
+    def sum(self, node: Sum | Reduce, sc: _Scope, active: np.ndarray) -> Step:
+        """A sum, or a max/min reduction (its identity -inf/+inf for an empty range; NaN propagates)."""
         if not node.has_range:
             raise TccError(f"sum over '{node.var}' in {self.where} has no range; run infer-ranges first")
+        kind = node.op if isinstance(node, Reduce) else "sum"
+        identity = {"sum": self.zero, "max": np.asarray(-np.inf, self.dtype), "min": np.asarray(np.inf, self.dtype)}[kind]
         lo = self.index(node.lo[0], sc)
         for b in node.lo[1:]:
             lo = np.maximum(lo, self.index(b, sc))
@@ -370,7 +373,7 @@ class _Evaluator:
         lo, hi = np.asarray(lo), np.asarray(hi)
         live = active & (lo <= hi)
         if not live.any():
-            return self.zero
+            return identity
         # The sum axis runs over offsets t = k - lo(point), so a band whose
         # bounds slide with an outer index costs its width, not the union of
         # all its ranges.
@@ -386,9 +389,14 @@ class _Evaluator:
                 continue
             inner = _Scope({**sc.env, node.var: lo + t}, (t.shape[0],) + sc.shape)
             body = yield self.step(node.body, inner, act)
-            part = np.where(act, body, self.zero).sum(axis=0, dtype=self.dtype)
-            total = part if total is None else total + part
-        return self.zero if total is None else total
+            if kind == "sum":
+                part = np.where(act, body, self.zero).sum(axis=0, dtype=self.dtype)
+                total = part if total is None else total + part
+            else:
+                part = getattr(np.where(act, body, identity), kind)(axis=0)
+                total = part if total is None else (np.maximum if kind == "max" else np.minimum)(total, part)
+        out = identity if total is None else total
+        return np.where(live, out, identity) if kind != "sum" else out
 
     def lower_csum(self, node: CSum) -> Expr:
         hit = self.csums.get(id(node))

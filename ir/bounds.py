@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from .diagnostics import TccError
-from .expr import Access, CSum, Expr, Sum, Where
+from .expr import RANGED, Access, CSum, Expr, Sum, Where
 from .index import Affine, Compare, format_affine, negate
 from .polyhedra import Facts, definition_facts, expression_range
 from .program import Definition, Program
@@ -46,7 +46,7 @@ def uses(body: Expr) -> Iterator[Use]:
         elif isinstance(e, Where):
             stack.append((e.other, scopes, conds + ((e.cond, False),)))
             stack.append((e.then, scopes, conds + ((e.cond, True),)))
-        elif isinstance(e, (Sum, CSum)):
+        elif isinstance(e, (*RANGED, CSum)):
             stack.append((e.children()[0], scopes + (e,), conds))
         else:
             stack.extend((c, scopes, conds) for c in reversed(e.children()))
@@ -56,7 +56,7 @@ def facts_at(base: Facts, use: Use) -> Facts:
     """Facts at a use: enclosing sum ranges and where guards added to ``base``."""
     facts = base
     for s in use.scopes:
-        if isinstance(s, Sum):
+        if isinstance(s, RANGED):
             if s.has_range:
                 facts = facts.with_range(s.var, s.lo, s.hi)
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .expr import ZERO, Access, CSum, Expr, Sum, Where, all_names, fresh_name, postorder, transform
+from .expr import RANGED, ZERO, Access, CSum, Expr, Reduce, Sum, Where, all_names, fresh_name, postorder, transform
 from .fourier_motzkin import eliminate
 from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts, make_and
 from .polyhedra import AtomTable, Row, bound_affine, compare_rows, rows_to_constraints
@@ -100,7 +100,7 @@ def _accesses_and_conds(e: Expr) -> list[list[Affine]]:
             out.append(list(n.indices))
         elif isinstance(n, Where):
             out.append([x for c in _compares(n.cond) for x in (c.lhs, c.rhs)])
-        elif isinstance(n, Sum):
+        elif isinstance(n, RANGED):
             out.append(list(n.lo + n.hi))
         elif isinstance(n, CSum):
             out.append([x for c in n.constraints for cmp in _compares(c) for x in (cmp.lhs, cmp.rhs)])
@@ -117,6 +117,8 @@ def rewrite_indices(e: Expr, fn: Callable[[Affine], Affine]) -> Expr:
             return Where(_rewrite_cond(n.cond, fn), n.then, n.other)
         if isinstance(n, Sum):
             return Sum(n.var, tuple(fn(b) for b in n.lo), tuple(fn(b) for b in n.hi), n.body)
+        if isinstance(n, Reduce):
+            return Reduce(n.op, n.var, tuple(fn(b) for b in n.lo), tuple(fn(b) for b in n.hi), n.body)
         if isinstance(n, CSum):
             return CSum(n.vars, tuple(_rewrite_cond(c, fn) for c in n.constraints), n.body)
         return n

@@ -205,6 +205,35 @@ class Sum(Expr):
         return bool(self.lo)
 
 
+class Reduce(Expr):
+    """``max[var: lo..hi](body)`` / ``min[...]``: scoped and ranged as :class:`Sum` (range passes treat both
+    alike), a node of its own so that no rule for sums applies to it; empty: -inf (+inf); NaN propagates."""
+
+    __slots__ = ("op", "var", "lo", "hi", "body")
+    _fields = ("op", "var", "lo", "hi", "body")
+    op: str
+    var: str
+    lo: tuple[Affine, ...]
+    hi: tuple[Affine, ...]
+    body: Expr
+
+    def __new__(cls, op: str, var: str, lo: tuple[Affine, ...], hi: tuple[Affine, ...], body: Expr) -> "Reduce":
+        if op not in ("max", "min") or bool(lo) != bool(hi):
+            raise ValueError("a max/min reduction has op max or min, and both bounds or neither")
+        return super().__new__(cls, op, var, tuple(lo), tuple(hi), body)
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.body,)
+
+    @property
+    def has_range(self) -> bool:
+        return bool(self.lo)
+
+
+#: what scopes an index variable over a range: a sum or a max/min reduction
+RANGED = (Sum, Reduce)
+
+
 class CSum(Expr):
     """Constrained sum ``sum[v1, v2 | c1, c2, ...](body)``.
 
@@ -388,6 +417,8 @@ def rebuild(node: Expr, children: tuple[Expr, ...]) -> Expr:
         return Sum(node.var, node.lo, node.hi, children[0])
     if isinstance(node, CSum):
         return CSum(node.vars, node.constraints, children[0])
+    if isinstance(node, Reduce):
+        return Reduce(node.op, node.var, node.lo, node.hi, children[0])
     if hasattr(node, "with_children"):  # node kinds defined elsewhere (tcc.ir.user_functions.Call)
         return node.with_children(children)
     return node
@@ -405,7 +436,7 @@ def transform(root: Expr, fn: Callable[[Expr], Expr]) -> Expr:
 
 
 def bound_vars(node: Expr) -> tuple[str, ...]:
-    if isinstance(node, Sum):
+    if isinstance(node, RANGED):
         return (node.var,)
     if isinstance(node, CSum):
         return node.vars
@@ -418,7 +449,7 @@ def local_index_names(node: Expr) -> tuple[str, ...]:
         return tuple(n for ix in node.indices for n in ix.names())
     if isinstance(node, Where):
         return node.cond.names()
-    if isinstance(node, Sum):
+    if isinstance(node, RANGED):
         return tuple(n for b in node.lo + node.hi for n in b.names())
     if isinstance(node, CSum):
         return tuple(n for c in node.constraints for n in c.names())
@@ -445,7 +476,7 @@ def free_names(root: Expr, memo: "dict[Expr, tuple[str, ...]] | None" = None) ->
         for c in node.children():
             inner.update(dict.fromkeys(memo[c]))
         bv = bound_vars(node)
-        if isinstance(node, Sum):
+        if isinstance(node, RANGED):
             # the bounds of a sum are outside its scope
             names.update((n, None) for n in inner if n not in bv)
         else:
@@ -624,19 +655,24 @@ class ExprPrinter:
             return [(e.lhs, lvl), f" {e.op} ", (e.rhs, lvl + 1)]
         if isinstance(e, Where):
             return [f"where({format_cond(e.cond)}, ", (e.then, 0), ", ", (e.other, 0), ")"]
-        if isinstance(e, Sum):
+        if isinstance(e, RANGED):
             heads = []
             node: Expr = e
-            while isinstance(node, Sum):
+            kind = "sum" if isinstance(e, Sum) else e.op
+
+            def same(n: Expr) -> bool:
+                return isinstance(n, Sum) if kind == "sum" else isinstance(n, Reduce) and n.op == kind
+
+            while same(node):
                 if node.has_range:
                     heads.append(f"{node.var}: {_bounds(node.lo, 'max')}..{_bounds(node.hi, 'min')}")
                 else:
                     heads.append(node.var)
                 node = node.body
                 # only merge a chain where every link has a range or none has
-                if isinstance(node, Sum) and node.has_range != e.has_range:
+                if same(node) and node.has_range != e.has_range:
                     break
-            return [f"sum[{', '.join(heads)}](", (node, 0), ")"]
+            return [f"{kind}[{', '.join(heads)}](", (node, 0), ")"]
         if isinstance(e, CSum):
             cons = ", ".join(format_conjunct(c) for c in e.constraints)
             return [f"sum[{', '.join(e.vars)} | {cons}](", (e.body, 0), ")"]

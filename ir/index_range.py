@@ -18,7 +18,7 @@ so the interpreter and every target agree.
 from __future__ import annotations
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import Access, CSum, Expr, MatrixFn, Sum, Where, postorder
+from tcc.ir.expr import RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, postorder
 from tcc.ir.index import Affine, Compare, Cond, Mod, Not, format_affine
 from tcc.ir.program import Program
 
@@ -85,7 +85,7 @@ def check_index_ranges(body: Expr, where: str) -> None:
             affines = list(node.indices)
         elif isinstance(node, Where):
             affines = cond_affines(node.cond)
-        elif isinstance(node, Sum):
+        elif isinstance(node, RANGED):
             affines = [*node.lo, *node.hi]
         elif isinstance(node, CSum):
             affines = [e for c in node.constraints for e in cond_affines(c)]

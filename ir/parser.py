@@ -46,6 +46,7 @@ from .expr import (
     Expr,
     MatrixFn,
     format_matrix_call,
+    Reduce,
     Sum,
     Unary,
     Where,
@@ -430,7 +431,7 @@ class Parser(ConditionParser, FunctionDefinitions):
         if tok.kind != "NAME":
             raise self.unexpected("an expression", tok)
         word = tok.value
-        if word == "sum":
+        if word == "sum" or (word in EXTREMES and self.peek(1).is_op("[")):  # max[k](...) reduces
             return self.sum_expr()
         if word == "where":
             self.advance()
@@ -527,19 +528,24 @@ class Parser(ConditionParser, FunctionDefinitions):
                             constraints.append(self.cond())
                 break
             self.expect("]")
+            if not self.peek().is_op("("):
+                raise self.error(f"{stok.value}[...] needs a body: {stok.value}[{names[0]}](...)", self.peek())
             self.expect("(")
             body = self.expr()
             self.expect(")")
         finally:
             self.scope = outer_scope
         if constraints is not None:
+            if stok.value != "sum":
+                raise self.error(f"{stok.value}[... | constraints] is not supported yet: give ranges "
+                                 f"({stok.value}[k: lo..hi]) or let them be inferred", stok)
             node: Expr = CSum(tuple(names), tuple(constraints), body)
             self.record(node, stok)
             return node
         node = body
         for k in range(len(heads) - 1, -1, -1):
             vtok, lo, hi = heads[k]
-            node = Sum(vtok.value, lo, hi, node)
+            node = Sum(vtok.value, lo, hi, node) if stok.value == "sum" else Reduce(stok.value, vtok.value, lo, hi, node)
             self.record(node, stok if k == 0 else vtok)
         return node
 

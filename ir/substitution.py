@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Select, Sum, Unary, Where, all_names, bound_vars, fresh_name, rebuild
+from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Reduce, Select, Sum, Unary, Where, all_names, bound_vars, fresh_name, rebuild
 from .index import Affine
 from .trampoline import Step, trampoline
 from .user_functions import Call
@@ -60,7 +60,7 @@ class _Substitution:
             for c in node.children():
                 kids.append((yield self.visit(c, mapping, key)))
             return rebuild(node, tuple(kids))
-        if not isinstance(node, (Sum, CSum)):  # pragma: no cover - exhaustive
+        if not isinstance(node, (Sum, CSum, Reduce)):  # pragma: no cover - exhaustive
             raise TypeError(node)
         bound = bound_vars(node)
         body_map = {k: v for k, v in mapping.items() if k not in bound}
@@ -77,13 +77,12 @@ class _Substitution:
         body = node.children()[0]
         if body_map:
             body = yield self.run(body, body_map)
-        if isinstance(node, Sum):
-            return Sum(
-                renamed[node.var],
-                tuple(b.substitute(mapping) for b in node.lo),
-                tuple(b.substitute(mapping) for b in node.hi),
-                body,
-            )
+        if isinstance(node, (Sum, Reduce)):
+            lo = tuple(b.substitute(mapping) for b in node.lo)
+            hi = tuple(b.substitute(mapping) for b in node.hi)
+            if isinstance(node, Reduce):
+                return Reduce(node.op, renamed[node.var], lo, hi, body)
+            return Sum(renamed[node.var], lo, hi, body)
         return CSum(
             tuple(renamed[v] for v in node.vars),
             tuple(c.substitute(body_map) for c in node.constraints),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .diagnostics import TccError
 
 from .bounds import prove_in_bounds
-from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
+from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
 
@@ -27,7 +27,7 @@ def verify(program: Program, bounds: bool = True) -> None:
     if bounds:
         sizes = program.sizes()
         for d in program.definitions:
-            if d.extents is None or any(isinstance(n, Sum) and not n.has_range for n in postorder(d.body)):
+            if d.extents is None or any(isinstance(n, RANGED) and not n.has_range for n in postorder(d.body)):
                 continue
             prove_in_bounds(program, d, sizes)
 
@@ -143,7 +143,7 @@ class _Verifier:
                 continue
             if isinstance(node, Where):
                 self.names(node.cond.names(), here, loc, "condition of where")
-            elif isinstance(node, Sum):
+            elif isinstance(node, RANGED):
                 if node.var in here:
                     raise self.error(f"sum index '{node.var}' shadows an enclosing index", loc)
                 for b in node.lo + node.hi:

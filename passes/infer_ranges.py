@@ -20,7 +20,7 @@ from typing import Sequence
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import CSum, Expr, MatrixFn, Sum, postorder, rebuild
+from tcc.ir.expr import RANGED, CSum, Expr, MatrixFn, Reduce, Sum, postorder, rebuild
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, format_affine
 from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
@@ -120,7 +120,7 @@ class _Inference:
 
     def resolve(self, name: str, scopes: tuple) -> object:
         for s in reversed(scopes):
-            if isinstance(s, Sum) and s.var == name:
+            if isinstance(s, RANGED) and s.var == name:
                 return id(s)
             if isinstance(s, CSum) and name in s.vars:
                 return ("csum", id(s), name)
@@ -250,9 +250,10 @@ class _Inference:
         d = self.d
         memo: dict[int, Expr] = {}
         for e in postorder(d.body):
-            if isinstance(e, Sum):
+            if isinstance(e, RANGED):
                 lo, hi = (e.lo, e.hi) if e.has_range else self.sum_known[id(e)]
-                out: Expr = Sum(e.var, tuple(lo), tuple(hi), memo[id(e.body)])
+                out: Expr = (Sum(e.var, tuple(lo), tuple(hi), memo[id(e.body)]) if isinstance(e, Sum)
+                             else Reduce(e.op, e.var, tuple(lo), tuple(hi), memo[id(e.body)]))
             elif isinstance(e, CSum) and id(e) not in self.bounded_csums:
                 extra: list[Cond] = []
                 for v in e.vars:
@@ -419,11 +420,11 @@ def _extent(hi: Affine) -> Affine:
 
 
 def _unranged_sums(e: Expr) -> list[Sum]:
-    return [n for n in postorder(e) if isinstance(n, Sum) and not n.has_range]
+    return [n for n in postorder(e) if isinstance(n, RANGED) and not n.has_range]
 
 
 def _ranged_sums(e: Expr) -> list[Sum]:
-    return [n for n in postorder(e) if isinstance(n, Sum) and n.has_range]
+    return [n for n in postorder(e) if isinstance(n, RANGED) and n.has_range]
 
 
 # ---------------------------------------------------------------------------

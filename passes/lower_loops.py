@@ -34,7 +34,7 @@ from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.user_functions import Call
 from tcc.ir.expr import (
-    Access, Binary, Const, CSum, Expr, MatrixFn, Select, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder,
+    Access, Binary, Const, CSum, Expr, MatrixFn, Reduce, Select, Step, Sum, Unary, Where, all_names, fresh_name, is_zero, postorder,
     trampoline,
 )
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
@@ -238,7 +238,7 @@ class _BodyLowering:
             return Select(e.op, *kids)
         if isinstance(e, Where):
             return (yield self.where(e, out))
-        if isinstance(e, Sum):
+        if isinstance(e, (Sum, Reduce)):
             return (yield self.sum(e, out))
         if isinstance(e, CSum):
             try:
@@ -260,27 +260,35 @@ class _BodyLowering:
         out.append(If(e.cond, tuple(t_stmts) + (Accumulate(name, (), t),), tuple(o_stmts) + (Accumulate(name, (), o),)))
         return Access(name, ())
 
-    def sum(self, e: Sum, out: list[Stmt]) -> Step:
+    def sum(self, e: Sum | Reduce, out: list[Stmt]) -> Step:
         acc = self.fresh("acc")
-        out.append(Local(acc, Const(0)))
+        # a max (min) starts at -inf (+inf), written -1.0 / 0.0: the language has no literal for it
+        init = Const(0) if isinstance(e, Sum) else Binary("/", Const(-1.0 if e.op == "max" else 1.0), Const(0.0))
+        out.append(Local(acc, init))
         yield self.reduce(e, acc, out)
         return Access(acc, ())
 
-    def reduce(self, e: Sum, acc: str, out: list[Stmt]) -> Step:
-        """Emit the loops adding ``e`` into ``acc``; directly nested sums share it."""
+    def reduce(self, e: Sum | Reduce, acc: str, out: list[Stmt]) -> Step:
+        """Emit the loops adding ``e`` into ``acc`` (``acc = max(acc, ...)`` for a max); directly nested
+        reductions of the same kind share it."""
         if not e.has_range:
             raise TccError(f"cannot lower '{self.d.name}': sum over '{e.var}' has no range (run infer-ranges first)")
-        conds, body = _zero_guards(e.body)
+        # zero guards become loop conditions only in a sum: a max over where(c, v, 0) sees the zeros
+        conds, body = _zero_guards(e.body) if isinstance(e, Sum) else ([], e.body)
+        same = (lambda n: isinstance(n, Sum)) if isinstance(e, Sum) else (lambda n: isinstance(n, Reduce) and n.op == e.op)
         outer = self.sizes | set(self.loop_vars)
         loops, tests, _ = _place_conditions([_LoopSpec(e.var, e.lo, e.hi)], conds, outer)
         self.loop_vars.append(e.var)
         self.scopes.append({})
         try:
             stmts: list[Stmt] = []
-            if isinstance(body, Sum) and self.lookup(body) is None:
+            if same(body) and self.lookup(body) is None:
                 yield self.reduce(body, acc, stmts)
-            else:
+            elif isinstance(e, Sum):
                 stmts.append(Accumulate(acc, (), (yield self.value(body, stmts))))
+            else:
+                value = yield self.value(body, stmts)
+                stmts.append(Store(acc, (), Binary(e.op, Access(acc, ()), value)))
         finally:
             self.scopes.pop()
             self.loop_vars.pop()

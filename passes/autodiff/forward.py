@@ -56,6 +56,7 @@ from typing import Callable, Sequence
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.user_functions import Call
+from tcc.passes.autodiff.reverse import _argmax_share
 from tcc.ir.expr import (
     ONE,
     ZERO,
@@ -66,6 +67,7 @@ from tcc.ir.expr import (
     CSum,
     Expr,
     MatrixFn,
+    Reduce,
     Step,
     Sum,
     Unary,
@@ -270,6 +272,11 @@ class _Forward(Derivation):
             elif isinstance(n, (Sum, CSum)):
                 tb = tangent[id(n.children()[0])]
                 t = None if tb is None else self.make_sum(n, tb)
+            elif isinstance(n, Reduce):  # the tangents of the positions that attain the max, averaged
+                tb = tangent[id(n.body)]
+                if tb is not None:
+                    share = _argmax_share(n, value_of_root if n is h.body else n, h)
+                    t = self.make_sum(Sum(n.var, n.lo, n.hi, n.body), mul(share, tb))
             elif isinstance(n, Where):
                 ta, tb = tangent[id(n.then)], tangent[id(n.other)]
                 if ta is not None or tb is not None:

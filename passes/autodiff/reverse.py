@@ -52,8 +52,11 @@ from tcc.ir.expr import (
     CSum,
     Expr,
     MatrixFn,
+    Reduce,
+    Select,
     Sum,
     Where,
+    all_names,
     fresh_name,
     neg,
     postorder,
@@ -86,7 +89,7 @@ def level_adjoints(
             continue
         seen.add(id(n))
         stack.append((n, True))
-        if isinstance(n, (Sum, CSum)):
+        if isinstance(n, (Sum, CSum, Reduce)):
             continue
         for c in reversed(n.children()):
             if relevant.get(id(c)) and id(c) not in seen:
@@ -103,6 +106,9 @@ def level_adjoints(
             continue
         if isinstance(n, (Sum, CSum)):
             sums[n] = a
+            continue
+        if isinstance(n, Reduce):  # its next level compares the body with the result: the root's stored value
+            sums[n] = (a, root_value if (n is root and root_value is not None) else n)
             continue
         value = root_value if (n is root and root_value is not None) else n
         for child, contribution in child_adjoints(n, a, value):
@@ -122,6 +128,26 @@ def _relevance(body: Expr, targets: set[str]) -> dict[int, bool]:
     return rel
 
 
+def _argmax_share(r: Reduce, value: Expr, h: Definition) -> Expr:
+    """The share of ``max[k](b)``'s adjoint that position ``k`` gets: ``where(b == value, 1, 0) / ties``.
+
+    A gather, as for ``max(a, b)``: each position compares its value with
+    the result (``value``: the definition's stored element at its root,
+    else the reduction itself), and the positions that tie split the
+    adjoint equally (JAX's and PyTorch's convention); ``ties`` sums the same
+    comparison over the range, under a fresh variable.
+    """
+    taken = set(all_names(h.body)) | set(h.indices) | {r.var}
+    if value is r:  # the reduction itself, under a sum over its own variable: rename its binder
+        own = fresh_name(f"{r.var}_m", taken)
+        taken.add(own)
+        value = Reduce(r.op, own, r.lo, r.hi, substitute(r.body, {r.var: Affine.var(own)}))
+    hit = Select("==", r.body, value, ONE, ZERO)
+    fresh = fresh_name(f"{r.var}_t", taken)
+    ties = Sum(fresh, r.lo, r.hi, substitute(hit, {r.var: Affine.var(fresh)}))
+    return Binary("/", hit, ties)
+
+
 def definition_terms(h: Definition, seed: Expr, targets: set[str]) -> list[tuple[Access, list[tuple[Expr, Expr]], Expr]]:
     """All (access, chain of (enclosing sum, its sensitivity), innermost adjoint) of ``h``."""
     relevant = _relevance(h.body, targets)
@@ -135,7 +161,11 @@ def definition_terms(h: Definition, seed: Expr, targets: set[str]) -> list[tuple
         for acc, a in accesses.items():
             out.append((acc, chain, a))
         for s, a in sums.items():
-            level(s.children()[0], ONE, chain + [(s, a)], None)
+            if isinstance(s, Reduce):
+                (a, value) = a
+                level(s.body, _argmax_share(s, value, h), chain + [(Sum(s.var, s.lo, s.hi, s.body), a)], None)
+            else:
+                level(s.children()[0], ONE, chain + [(s, a)], None)
 
     level(h.body, seed, [], self_value)
     return out
