@@ -312,3 +312,33 @@ def test_generated_chains_fuse_exactly_where_rows_allow(chain, sizes, dtype):
     for name, value in got.items():
         np.testing.assert_allclose(value, want[name], rtol=1e-10, atol=1e-12, err_msg=name)
     assert_matches_interpreter(program, {"n": n, "m": m}, dtype, threads=2)
+
+
+# ---------------------------------------------------------------------------
+# Every example and its derivatives: the L2 evaluator (bounds, NaN-filled
+# results, races of parallel loops) against the interpreter; deterministic
+# ---------------------------------------------------------------------------
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.tcc"))
+ROW_PIPELINES = ["lower-loops,fuse-rows", "lower-loops,hoist,fuse-rows,fuse,reuse-buffers,parallel",
+                 DEFAULT_LOOP_PIPELINE.removeprefix("infer-ranges,contract-order,blas,")]
+
+
+@pytest.mark.parametrize("path", EXAMPLES + ["layernorm"], ids=[p.stem for p in EXAMPLES] + ["layernorm"])
+def test_examples_and_gradients_through_fuse_rows(path):
+    p = tcc.transform(LAYERNORM if path == "layernorm" else tcc.parse(path), "infer-ranges")
+    g = tcc.grad(p, of=p.results()[0], wrt=[d.name for d in p.inputs])
+    sizes = {"n": 4, "m": 3, "p": 2, "r": 2, "h": 5, "w": 6}
+    for program in (p, g):
+        inputs = random_inputs(program, {s: sizes.get(s, 3) for s in program.sizes()})
+        want = evaluate(program, inputs, np.float64)
+        for passes in ROW_PIPELINES:
+            out = run_pipeline(program, passes)
+            verify_loops(out)
+            assert str(run_pipeline(program, passes)) == str(out)  # deterministic
+            got = run_loops(out, inputs)
+            for name, value in got.items():
+                np.testing.assert_allclose(value, want[name], rtol=1e-10, atol=1e-12, err_msg=f"{name} after {passes}")
+        # fuse-rows twice changes nothing more
+        once = run_pipeline(program, "lower-loops,fuse-rows")
+        assert str(run_pipeline(once, "fuse-rows", start=Level.LOOPS)) == str(once)
