@@ -85,6 +85,15 @@ def _chained(k1: Kernel, k2: Kernel, buffers: set[str]) -> bool:
     return any(n in written for n, _, w in buffer_accesses(k2.body, buffers) if not w)
 
 
+def _fuse_pair(fuser: Fuser, k1: Kernel, k2: Kernel, buffers: set[str], sizes: set[str]) -> Kernel | None:
+    """``k1`` and ``k2`` as one kernel, if they are a chain, ``fuse`` allows it and the loop stays parallel."""
+    if _one_loop(k1) is None or _one_loop(k2) is None or not _chained(k1, k2, buffers):
+        return None
+    fused = fuser.fuse(k1, k2)
+    loop = _one_loop(fused) if fused is not None else None
+    return fused if loop is not None and race_free(loop, buffers, sizes) else None
+
+
 def fuse_rows_program(program: LoopProgram) -> LoopProgram:
     """Fuse each run of consecutive chained kernels whose fused loop stays parallel."""
     fuser = Fuser(program)
@@ -92,13 +101,11 @@ def fuse_rows_program(program: LoopProgram) -> LoopProgram:
     sizes = set(program.sizes)
     out: list[Kernel] = []
     for k in program.kernels:
-        if out and _one_loop(out[-1]) is not None and _one_loop(k) is not None and _chained(out[-1], k, buffers):
-            fused = fuser.fuse(out[-1], k)
-            loop = _one_loop(fused) if fused is not None else None
-            if loop is not None and race_free(loop, buffers, sizes):
-                out[-1] = fused  # type: ignore[assignment]
-                continue
-        out.append(k)
+        fused = _fuse_pair(fuser, out[-1], k, buffers, sizes) if out else None
+        if fused is not None:
+            out[-1] = fused
+        else:
+            out.append(k)
     if len(out) == len(program.kernels):
         return program
     return replace(program, kernels=tuple(out))
