@@ -342,3 +342,17 @@ def test_examples_and_gradients_through_fuse_rows(path):
         # fuse-rows twice changes nothing more
         once = run_pipeline(program, "lower-loops,fuse-rows")
         assert str(run_pipeline(once, "fuse-rows", start=Level.LOOPS)) == str(once)
+
+
+def test_a_row_accumulated_in_place_joins_the_chain():
+    # reduce-in-place (before fuse-rows) turns s into row updates s[j, :] += ...; the row sum t
+    # and the normalised y read row j of s only, so all three run per row j
+    src = ("input X[m, n], Y[m, p]\nlocal s[n, p], t[n]\noutput y[n, p]\n"
+           "s[j, k] = sum[i](sqrt(X[i, j] + Y[i, k]))\nt[j] = sum[k](s[j, k])\ny[j, k] = s[j, k] / t[j]\n")
+    before = loops(src, L2_UPTO_FUSE_ROWS.replace(",fuse-rows", ""))
+    assert "s[j, k] += sqrt(X[i, j] + Y[i, k])" in str(before)  # reduce-in-place did its part
+    out = loops(src)
+    assert [k.name for k in out.kernels] == ["s_t_y"] and out.kernels[0].parallel_loop is not None
+    for sizes in ({"m": 3, "n": 5, "p": 7}, {"m": 0, "n": 2, "p": 3}, {"m": 2, "n": 1, "p": 1}):
+        assert_matches_interpreter(tcc.parse(src), sizes, threads=2)
+        assert_matches_interpreter(tcc.parse(src), sizes, "float32", threads=1)
