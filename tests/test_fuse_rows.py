@@ -356,3 +356,17 @@ def test_a_row_accumulated_in_place_joins_the_chain():
     for sizes in ({"m": 3, "n": 5, "p": 7}, {"m": 0, "n": 2, "p": 3}, {"m": 2, "n": 1, "p": 1}):
         assert_matches_interpreter(tcc.parse(src), sizes, threads=2)
         assert_matches_interpreter(tcc.parse(src), sizes, "float32", threads=1)
+
+
+def test_a_temp_read_only_at_its_row_is_forwarded_and_dropped():
+    # hoist makes X w a temp dw2_t[m] filled by its own kernel, read by the kernel of exp(-y X w);
+    # fuse-rows joins them per row, the read becomes the stored scalar, and reuse-buffers drops dw2_t
+    p = tcc.parse("input X[m, n], w[n], y[m]\nf = sum[i](log(1 + exp(-y[i] * sum[j](X[i, j] * w[j]))))\n")
+    g = tcc.grad(p, of="f", wrt="w")
+    h = tcc.grad(g, of="dw", wrt="w")
+    without = str(loops(h, DEFAULT_LOOP_PIPELINE.replace("fuse-rows,", "")))
+    assert "temp dw2_t[m], dw2_t2[m]" in without
+    text = str(loops(h))
+    assert "temp dw2_t2[m]\n" in text and "dw2_t[" not in text and "kernel dw2_t_dw2_t2 {" in text
+    for sizes in ({"m": 7, "n": 5}, {"m": 1, "n": 2}, {"m": 0, "n": 3}):
+        assert_matches_interpreter(h, sizes, threads=2)
