@@ -113,7 +113,11 @@ def _spine(kernel: Kernel) -> list[For]:
     return perfect_nest(body[0]) if len(body) == 1 and isinstance(body[0], For) else []
 
 
-class _Fuser:
+class Fuser:
+    """Fuses pairs of kernels of one program (``fuse`` and ``fuse-rows`` share it):
+    it holds the names already taken, so fused kernels and renamed scalars
+    get fresh, deterministic names."""
+
     def __init__(self, program: LoopProgram, full: bool = False) -> None:
         self.full = full
         self.sizes = set(program.sizes)
@@ -222,7 +226,7 @@ def _only_write(writes: list[Stmt], store: Store) -> bool:
 
 
 def fuse_program(program: LoopProgram, full: bool = False) -> LoopProgram:
-    fuser = _Fuser(program, full)
+    fuser = Fuser(program, full)
     out: list[Kernel] = []
     for k in program.kernels:
         # an external kernel (extern inv(A) -> B) has no loops: nothing fuses with it or across it

@@ -49,8 +49,9 @@ def test_emit_loops_shows_hoist_making_the_hessian_cheaper(hessian, capsys, tmp_
     assert code == 0
     # before: one kernel, loops four deep (O(m n^3)); the sum over j inside every element
     assert plain.count("kernel ") == 1 and _depth(plain, "dw2") == 4
-    # after: X w fills a temporary in its own nest (O(m n)); the main nest is three deep (O(m n^2))
-    assert "temp dw2_t[m]" in fast
+    # after: X w is computed in its own nest (O(m n)), fused per row (fuse-rows) with the
+    # exp(-y X w) that fills a temporary; the main nest is three deep (O(m n^2))
+    assert "temp dw2_t2[m]" in fast and "kernel dw2_t_dw2_t2 {" in fast
     assert "dw2_acc2 += X[dw2_z0, j] * w[j]" in fast
     main_kernel = fast[fast.index("kernel dw2 {"):]
     assert "X[dw2_z0, j] * w[j]" not in main_kernel and "exp(" not in main_kernel

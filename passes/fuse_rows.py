@@ -1,0 +1,125 @@
+"""``fuse-rows``: a chain of row-wise kernels becomes one parallel loop over the rows.
+
+Layer normalisation is four definitions over the rows ``a`` of ``X``: the row
+mean ``mu[a]``, the centred row ``xc[a, :]``, the reciprocal deviation
+``r[a]`` and the result ``Y[a, :]``.  ``lower-loops`` gives each its own
+kernel, each a ``parallel for a``, so a row makes four round trips through
+memory and the runtime launches four parallel kernels (each launch costs tens
+of microseconds of dispatch).  Every later kernel reads only row ``a`` of what
+the earlier ones wrote, so the four can run per row, one after the other,
+inside one loop::
+
+    kernel mu { parallel for a { mu[a] = sum_c X[a, c] / C } }
+    kernel xc { parallel for a { for c { xc[a, c] = X[a, c] - mu[a] } } }
+    ...
+      ==>
+    kernel mu_xc_r_Y {
+      parallel for a {
+        local mu_acc = 0; for c { mu_acc += X[a, c] }; let mu_v = mu_acc / C; mu[a] = mu_v
+        for c { xc[a, c] = X[a, c] - mu_v }
+        ...                               # r, then Y, reading row a while it is in cache
+      }
+    }
+
+Legality is ``fuse``'s (:mod:`tcc.passes.fuse`): two consecutive kernels
+fuse over their common outer loops (same ranges after renaming) when every
+access, in either kernel, to a buffer one writes and the other reads or
+writes is at the same index, owned one to one by the fused iteration; so a
+later kernel reading another row (``mu[a + 1]``), a transposed read
+(``xc[c, a]``) or a column reduction (``sum[a](xc[a, c])``) keeps the kernels
+apart.  As in ``fuse``, the deepest fusion that passes is taken (element-wise
+neighbours fuse over all their loops), a value stored and re-read at the same
+index is forwarded through a ``let``, and a chain grows pairwise: the fused
+kernel is tried with the next one.
+
+What ``fuse-rows`` adds is *which* pairs, and *when*:
+
+* **Only chains.**  The second kernel must read a buffer the first writes:
+  then fusion keeps the intermediate row in cache, which is the point.
+  Independent neighbours (``dg`` and ``db`` of the layernorm gradient, which
+  only share inputs) are left to ``fuse``, later.
+* **Only when the result still runs in parallel** (the test of
+  :func:`tcc.passes.parallel.race_free` on the fused loop), so fusing never
+  turns a parallel kernel into a sequential one.
+* **Before ``unroll-jam``.**  ``unroll-jam`` strip-mines a row reduction by 4
+  (``for a_s { 4 accumulators }`` plus a ``_rest`` kernel), after which no
+  two kernels of the chain have equal outer loops, and ``fuse`` (after it)
+  finds nothing.  Handling ``a_s`` loops after the fact would mean
+  strip-mining the element-wise kernels the same way (and their remainders),
+  for a gain the strip does not give here: its 4 accumulators pay when the
+  rows share loads (``x[c]`` of a matrix-vector product), and a chain's
+  reductions read the row itself.  So chains fuse first; a fused kernel no
+  longer has the one-band shape ``unroll-jam`` strip-mines, and every kernel
+  left unfused (no chain, or an illegal one) is strip-mined as before.
+
+Locals of the chain (``mu``, ``xc``, ``r``) keep their whole buffers: the
+runtime returns every local (``tcc run`` prints them), so they cannot shrink
+to one row.  ``temp`` buffers the chain only reads at the row it stored are
+forwarded and then dropped by ``reuse-buffers``.
+
+Not in the GPU pipeline: there a kernel gets one thread per element of its
+perfectly nested parallel loops (``parallel{depth=8}``), and a fused row
+kernel would run ``xc`` and ``Y`` with one thread per row, 1024 elements
+each, instead of one per element.  The GPU keeps ``fuse{full=true}``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tcc.ir.loop_analysis import buffer_accesses
+from tcc.ir.loops import For, Kernel, LoopProgram
+from tcc.passes.fuse import Fuser
+from tcc.passes.parallel import race_free
+from tcc.passes.pass_base import Level, Pass, PassContext
+
+
+def _one_loop(kernel: Kernel) -> For | None:
+    """The kernel's loop when its body is exactly one ``for`` (never an external kernel)."""
+    body = kernel.body
+    return body[0] if len(body) == 1 and isinstance(body[0], For) else None
+
+
+def _chained(k1: Kernel, k2: Kernel, buffers: set[str]) -> bool:
+    """Whether ``k2`` reads a buffer that ``k1`` writes: fused, the row stays in cache."""
+    written = {n for n, _, w in buffer_accesses(k1.body, buffers) if w}
+    return any(n in written for n, _, w in buffer_accesses(k2.body, buffers) if not w)
+
+
+def _fuse_pair(fuser: Fuser, k1: Kernel, k2: Kernel, buffers: set[str], sizes: set[str]) -> Kernel | None:
+    """``k1`` and ``k2`` as one kernel, if they are a chain, ``fuse`` allows it and the loop stays parallel."""
+    if _one_loop(k1) is None or _one_loop(k2) is None or not _chained(k1, k2, buffers):
+        return None
+    fused = fuser.fuse(k1, k2)
+    loop = _one_loop(fused) if fused is not None else None
+    return fused if loop is not None and race_free(loop, buffers, sizes) else None
+
+
+def fuse_rows_program(program: LoopProgram) -> LoopProgram:
+    """Fuse each run of consecutive chained kernels whose fused loop stays parallel."""
+    fuser = Fuser(program)
+    buffers = {b.name for b in program.buffers}
+    sizes = set(program.sizes)
+    out: list[Kernel] = []
+    for k in program.kernels:
+        fused = _fuse_pair(fuser, out[-1], k, buffers, sizes) if out else None
+        if fused is not None:
+            out[-1] = fused
+        else:
+            out.append(k)
+    if len(out) == len(program.kernels):
+        return program
+    return replace(program, kernels=tuple(out))
+
+
+@dataclass(frozen=True)
+class FuseRows(Pass):
+    """Fuse a chain of kernels over their common outer (row) loop when each
+    reads only its own row of what the earlier ones wrote and the fused loop
+    stays parallel."""
+
+    name = "fuse-rows"
+    level = Level.LOOPS
+    summary = "chains of kernels over the same outer loop, each reading its own row of the last's results, become one parallel nest"
+
+    def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
+        return fuse_rows_program(program)
