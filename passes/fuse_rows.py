@@ -95,7 +95,21 @@ def _fuse_pair(fuser: Fuser, k1: Kernel, k2: Kernel, buffers: set[str], sizes: s
 
 
 def fuse_rows_program(program: LoopProgram) -> LoopProgram:
-    """Fuse each run of consecutive chained kernels whose fused loop stays parallel."""
+    """Fuse each run of consecutive chained kernels whose fused loop stays parallel, to a fixpoint.
+
+    One left-to-right sweep can miss a pair: ``dx_t`` alone reads nothing
+    ``z`` wrote, but once ``dx`` (which does) has joined it, the two groups
+    chain (the stable softmax's gradient).  So the sweep repeats until it
+    fuses nothing; each round removes a kernel, so it ends.
+    """
+    while True:
+        fused = _sweep(program)
+        if fused is program:
+            return program
+        program = fused
+
+
+def _sweep(program: LoopProgram) -> LoopProgram:
     fuser = Fuser(program)
     buffers = {b.name for b in program.buffers}
     sizes = set(program.sizes)

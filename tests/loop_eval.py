@@ -200,6 +200,12 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
             define(s.name, "let", expr(s.value, env))
         elif isinstance(s, Local):
             define(s.name, "local", expr(s.init, env))
+        elif isinstance(s, Store) and not s.indices and lookup(s.buffer) is not None:
+            f = lookup(s.buffer)  # a local scalar set anew (a max reduction: acc = max(acc, ...))
+            kind, _ = f[s.buffer]
+            if kind != "local":
+                raise NameError(f"store to '{s.buffer}', which is a let")
+            f[s.buffer] = (kind, expr(s.value, env))
         elif isinstance(s, Store):
             idx = run.index(s.buffer, s.indices, env)
             value = expr(s.value, env)
