@@ -262,7 +262,8 @@ def buffer_accesses(body: Sequence[Stmt], buffers: set[str]) -> list[tuple[str, 
                 scalars.add(s.name)
             elif isinstance(s, Store):
                 expr(s.value)
-                out.append((s.buffer, s.indices, True))
+                if s.indices or s.buffer not in scalars:  # `acc = max(acc, v)` sets a local, not a buffer
+                    out.append((s.buffer, s.indices, True))
             elif isinstance(s, Accumulate):
                 expr(s.value)
                 if s.indices or s.target in buffers and s.target not in scalars:
