@@ -56,7 +56,7 @@ from .expr import (
 )
 from .cond_parser import ConditionParser, select
 from .user_functions import FunctionDefinitions
-from .index import Affine, Cond
+from .index import Affine, And, Cond
 from .lexer import KEYWORDS, Token, tokenize
 from .program import Assumption, Definition, Program, TensorDecl, assumption_error
 from .lippmann import LippmannProblem, is_lippmann, read_lippmann
@@ -535,10 +535,13 @@ class Parser(ConditionParser, FunctionDefinitions):
             self.expect(")")
         finally:
             self.scope = outer_scope
-        if constraints is not None:
-            if stok.value != "sum":
-                raise self.error(f"{stok.value}[... | constraints] is not supported yet: give ranges "
-                                 f"({stok.value}[k: lo..hi]) or let them be inferred", stok)
+        if constraints is not None and stok.value != "sum":
+            # max[p, q | c](b) is max[p, q](where(c, b, -inf)): ranges from the reads (then clipped by c)
+            worst = Binary("/", Const(-1.0 if stok.value == "max" else 1.0), Const(0.0))
+            if constraints:
+                body = Where(constraints[0] if len(constraints) == 1 else And(tuple(constraints)), body, worst)
+            heads = [(vtok, (), ()) for vtok, _, _ in heads]
+        elif constraints is not None:
             node: Expr = CSum(tuple(names), tuple(constraints), body)
             self.record(node, stok)
             return node
