@@ -44,6 +44,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "peel": "tcc.passes.peel:Peel",
     "reduce-in-place": "tcc.passes.reduce_in_place:ReduceInPlace",
     "unroll-jam": "tcc.passes.unroll_jam:UnrollJam",
+    "tile": "tcc.passes.tile:Tile",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",
     "parallel": "tcc.passes.parallel:Parallel",

@@ -204,6 +204,13 @@ class _UnrollJam:
             replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),
         )
 
+    def strip_inner_stmts(self, loop: For, inner: int = 1) -> tuple[Stmt, ...] | None:
+        """:meth:`strip_inner`'s two loops, the remainder left out when its range is provably empty."""
+        mined = self.strip_inner(loop, inner)
+        if mined is None:
+            return None
+        return mined[:1] if empty_range(mined[1]) else mined
+
     def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
         return {n: self.fresh(f"{n}_u{copy}") for n in declared}
 
@@ -234,7 +241,7 @@ class _UnrollJam:
                 if jammed is not None:
                     factor = s.hi[0].const - s.lo[0].const + 1
                 elif not top:
-                    jammed = self.strip_inner(s, inner)
+                    jammed = self.strip_inner_stmts(s, inner)
                     factor = self.factor
                 if jammed is not None:
                     out.extend(self.accept((s,), jammed))
@@ -326,6 +333,8 @@ class _UnrollJam:
         if mined is None:
             return (kernel,)
         self.accept(kernel.body, mined)
+        if empty_range(mined[1]):  # the strips cover every iteration: no kernel of nothing (~50 us a call)
+            return (Kernel(kernel.name, (mined[0],)),)
         return (Kernel(kernel.name, (mined[0],)), Kernel(kernel.name + "_rest", (mined[1],)))
 
 
@@ -354,6 +363,13 @@ def _short_band(body: tuple[Stmt, ...]) -> bool:
                 return False
             trips *= max(0, l.hi[0].const - l.lo[0].const + 1)
     return trips < SHORT_BAND
+
+
+def empty_range(loop: For) -> bool:
+    """The loop provably runs no iteration: a constant lower bound exceeds a constant upper bound."""
+    los = [b.const for b in loop.lo if b.is_constant]
+    his = [b.const for b in loop.hi if b.is_constant]
+    return bool(los and his and max(los) > min(his))
 
 
 def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4,
