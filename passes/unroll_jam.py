@@ -46,6 +46,11 @@ this, and past them the pass unrolls less instead of failing:
   all its output kernels together.  An unroll that would pass it is skipped
   (the kernel stays at its input size if that is already larger).
 
+Loops whose range is provably empty (constant bounds, ``for a in 512..511``)
+are dropped, and so is a kernel left without statements: strip-mining a
+constant trip count that the factor divides leaves no remainder kernel, and
+a kernel over a zero extent is no call at all.
+
 Loops are decided innermost first, each unrolled if its copies still fit
 both budgets, so the loops nearest the reduction -- whose copies share loads
 -- are unrolled first.  A loop that does not fit stays a loop; a shorter loop
@@ -372,6 +377,25 @@ def empty_range(loop: For) -> bool:
     return bool(los and his and max(los) > min(his))
 
 
+def drop_empty(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """``body`` without the loops that provably run no iteration (at any depth).
+
+    Such a loop does nothing, whatever its body; a kernel of them would still
+    cost a call (about 50 us for a parallel one) and split the kernels
+    around it for ``fuse``.
+    """
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, For):
+            if empty_range(s):
+                continue
+            s = replace(s, body=drop_empty(s.body))
+        elif isinstance(s, If):
+            s = replace(s, then=drop_empty(s.then), orelse=drop_empty(s.orelse))
+        out.append(s)
+    return tuple(out)
+
+
 def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4,
                        max_product: int = 16, max_stmts: int = 512) -> LoopProgram:
     u = _UnrollJam(program, max_trip, strip, max_product, max_stmts)
@@ -381,9 +405,10 @@ def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4,
             kernels.append(k)
             continue
         u.start_kernel(k)
-        body, product = u.block(k.body, top=True)
+        body, product = u.block(drop_empty(k.body), top=True)
         kernels.extend(u.strip(Kernel(k.name, body), product))
-    return program.with_kernels(tuple(kernels))
+    # a kernel left with nothing to do (all its loops empty) is no kernel
+    return program.with_kernels(tuple(k for k in kernels if k.body))
 
 
 @dataclass(frozen=True)
