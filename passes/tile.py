@@ -58,9 +58,23 @@ elements, so their statements may be interleaved; ``parallel``'s rule);
 and for every band the stride model (:func:`tcc.ir.loop_analysis.stride_cost`)
 charges ``c`` less than the band's innermost loop variable -- ``c`` walks
 memory, the reduction does not.  A row reduction (``mu[a] = sum[c](X[a, c])``)
-fails the last test and is left to ``unroll-jam``.  The pass runs after
-``unroll-jam``, whose strips (``4*c_s + u``, 4 accumulators for a long
-reduction) it tiles further with the accumulator budget counting them.  At least ``T`` iterations
+fails the last test and is left to ``unroll-jam``, which runs after this
+pass and counts a band's accumulators against its copy budget (so it does
+not strip a tile's 16 accumulators again).
+
+**Window reductions** (:func:`row_sweep`).  A stride-1 convolution's output
+row ``for j { local acc = 0; for c, p, q { acc += x[.., j + q] * w[..] };
+y[.., j] = acc }`` strides nowhere, but the band's innermost loop ``q`` runs
+3 times, so nothing vectorises.  A kernel this pass does not tile has every
+such inner output loop moved inside its reduction, the row accumulated in
+the output buffer (``y[.., j] = 0``; ``for c, p, q { for j { y[.., j] +=
+.. } }``; an epilogue as a third sweep), as ``reduce-in-place`` does when
+``j`` is strictly cheaper in the stride model.  Cost model: it pays when the
+band's innermost trip count is a constant below one vector
+(``vector_bytes / 8``) and the output loop's is at least one vector (or
+symbolic); the row stays in L1 (a few KiB).  Each element adds the same
+terms in the same order; LLVM may contract multiply-adds differently in the
+vector loop, so results agree to rounding, not always bit for bit.  At least ``T`` iterations
 are needed when the trip count is constant.
 
 The GPU pipeline does not run this pass: there each ``c`` is a thread, and
@@ -73,20 +87,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import fresh_name
+from tcc.ir.expr import Access, Const, Expr, fresh_name, postorder, transform
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import (
     bound_inside,
     buffer_accesses,
     declared_scalars,
     fold_bounds,
+    loads,
     owns,
     reduction_band,
     stride_cost,
     substitute_stmts,
     walk_stmts,
 )
-from tcc.ir.loops import Accumulate, For, Kernel, Let, Local, LoopProgram, Stmt, Store
+from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 
@@ -263,6 +278,90 @@ class _Tiler:
         return strip, rest
 
 
+# ---------------------------------------------------------------------------
+# Window reductions: the output row innermost
+# ---------------------------------------------------------------------------
+
+
+def _trips(loop: For) -> int | None:
+    """The constant trip count of ``loop``, or None when its bounds are symbolic."""
+    if len(loop.lo) == 1 and len(loop.hi) == 1 and loop.lo[0].is_constant and loop.hi[0].is_constant:
+        return max(0, loop.hi[0].const - loop.lo[0].const + 1)
+    return None
+
+
+def _walks_rows(var: str, values: list, buffers: set[str]) -> bool:
+    """Some load in ``values`` has ``var`` in its last (contiguous) index."""
+    return any(
+        isinstance(n, Access) and n.tensor in buffers and n.indices and var in n.indices[-1].names()
+        for v in values for n in postorder(v)
+    )
+
+
+def row_sweep(loop: For, outer: list[str], buffers: set[str], vector_elems: int) -> tuple[Stmt, ...] | None:
+    """A window reduction's innermost output loop moved inside the reduction, the row
+    accumulated in its own buffer; None when ``loop`` does not have the shape or it would not pay.
+
+    ``for j { local acc = 0; for c, p, q { acc += x[.., j + q] * w[..] }; y[.., j] = f(acc) }``
+    becomes ``for j { y[.., j] = 0 }; for c, p, q { for j { y[.., j] += .. } }; for j { y[.., j] = f(y[.., j]) }``.
+    Pays when ``j`` is contiguous wherever the band's innermost loop is (stride model) but the
+    band's innermost loop is shorter than a vector (a 3-tap ``q``) and ``j`` is not."""
+    body = loop.body
+    if len(body) < 3 or not isinstance(body[0], Local) or not isinstance(body[0].init, Const) or not isinstance(body[1], For):
+        return None
+    acc = body[0].name
+    band = reduction_band(body[1])
+    if band is None or any(loop.var in b.names() for l in band for b in l.lo + l.hi):
+        return None
+    inner = band[-1].body
+    if not all(isinstance(s, Let) or (isinstance(s, Accumulate) and s.target == acc) for s in inner):
+        return None
+    tail = body[2:]
+    store = tail[-1]
+    own = tuple(Affine.var(v) for v in outer + [loop.var])
+    if not isinstance(store, Store) or store.indices != own or not all(isinstance(s, Let) for s in tail[:-1]):
+        return None
+    values = [s.value for s in inner]  # type: ignore[union-attr]
+    if store.buffer in {a.tensor for v in values for a in loads(v)} | {a.tensor for s in tail for a in loads(s.value) if a.indices}:
+        return None
+    short, trips = _trips(band[-1]), _trips(loop)
+    if short is None or short >= vector_elems or (trips is not None and trips < vector_elems):
+        return None
+    if stride_cost(loop.var, values, buffers) > stride_cost(band[-1].var, values, buffers) or not _walks_rows(loop.var, values, buffers):
+        return None
+    element = Access(store.buffer, own)
+
+    def read_acc(e: Expr) -> Expr:
+        return transform(e, lambda n: element if isinstance(n, Access) and n.tensor == acc and not n.indices else n)
+
+    sweep: tuple[Stmt, ...] = (replace(loop, body=tuple(
+        Accumulate(store.buffer, own, s.value) if isinstance(s, Accumulate) else s for s in inner
+    )),)
+    for l in reversed(band):
+        sweep = (replace(l, body=sweep),)
+    out: list[Stmt] = [replace(loop, body=(Store(store.buffer, own, body[0].init),)), sweep[0]]
+    if len(tail) > 1 or read_acc(store.value) != element:  # anything but ``y[.., j] = acc``
+        finish = tuple(Let(s.name, read_acc(s.value)) if isinstance(s, Let) else Store(store.buffer, own, read_acc(s.value)) for s in tail)  # type: ignore[union-attr]
+        out.append(replace(loop, body=finish))
+    return tuple(out)
+
+
+def _sweep_rows(body: tuple[Stmt, ...], outer: list[str], buffers: set[str], vector_elems: int) -> tuple[Stmt, ...]:
+    """:func:`row_sweep` applied to every loop below the kernel's outermost one (which stays the parallel one)."""
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, For):
+            done = row_sweep(s, outer, buffers, vector_elems) if outer else None
+            if done is not None:
+                out.extend(done)
+                continue
+            s = replace(s, body=_sweep_rows(s.body, outer + [s.var], buffers, vector_elems))
+        elif isinstance(s, If):
+            s = replace(s, then=_sweep_rows(s.then, outer, buffers, vector_elems), orelse=_sweep_rows(s.orelse, outer, buffers, vector_elems))
+        out.append(s)
+    return tuple(out)
+
+
 def _empty(loop: For) -> bool:
     """The loop's range is provably empty: some constant lower bound exceeds some constant upper bound."""
     los = [b.const for b in loop.lo if b.is_constant]
@@ -276,7 +375,11 @@ def tile_program(program: LoopProgram, vector_bytes: int = 0, vectors: int = 2, 
     names = {k.name for k in program.kernels}
     kernels: list[Kernel] = []
     for k in program.kernels:
-        kernels.extend(tiler.kernel(k, names))
+        tiled = tiler.kernel(k, names)
+        if tiled[0] is k and k.extern is None:
+            body = _sweep_rows(k.body, [], tiler.buffers, tiler.vector_bytes // 8)
+            tiled = (k if body == k.body else Kernel(k.name, body),)
+        kernels.extend(tiled)
     return program.with_kernels(tuple(kernels))
 
 
@@ -286,7 +389,7 @@ class Tile(Pass):
 
     name = "tile"
     level = Level.LOOPS
-    summary = "column reductions: tiles of the output loop jammed through the reduction, so the inner loads are contiguous"
+    summary = "column reductions: output tiles jammed through the reduction; window reductions: the output row innermost"
 
     # bytes of one vector register; 0: the host's (64 with AVX-512, 32 with AVX, else 16)
     vector_bytes: int = 0

@@ -179,6 +179,7 @@ class _UnrollJam:
         self.max_product = max_product
         self.max_stmts = max_stmts
         self.taken: set[str] = set()
+        self.kernel_names = {k.name for k in program.kernels}
         self.stmts = 0  # statements the current kernel has become so far
 
     def start_kernel(self, kernel: Kernel) -> None:
@@ -274,7 +275,7 @@ class _UnrollJam:
         if _band(s) is not None:
             return None  # s is itself part of a reduction band: interchange's business, not ours
         trips = last - first + 1
-        if not self.affordable(trips * inner, (trips - 1) * _count(s.body)):
+        if not self.affordable(trips * max(inner, _accumulators(s.body)), (trips - 1) * _count(s.body)):
             return None
         declared = declared_scalars(s.body)
         copies = []
@@ -332,7 +333,8 @@ class _UnrollJam:
             return (kernel,)
         if _short_band(loop.body):
             return (kernel,)
-        if not self.affordable(factor * product, factor * _count(loop.body)):
+        # the band's own accumulators count as copies too: a kernel ``tile`` made has 16 already
+        if not self.affordable(factor * max(product, _accumulators(loop.body)), factor * _count(loop.body)):
             return (kernel,)
         mined = self.strip_mine(loop, factor)
         if mined is None:
@@ -340,7 +342,15 @@ class _UnrollJam:
         self.accept(kernel.body, mined)
         if empty_range(mined[1]):  # the strips cover every iteration: no kernel of nothing (~50 us a call)
             return (Kernel(kernel.name, (mined[0],)),)
-        return (Kernel(kernel.name, (mined[0],)), Kernel(kernel.name + "_rest", (mined[1],)))
+        rest = fresh_name(kernel.name + "_rest", self.kernel_names)
+        self.kernel_names.add(rest)
+        return (Kernel(kernel.name, (mined[0],)), Kernel(rest, (mined[1],)))
+
+
+def _accumulators(body: tuple[Stmt, ...]) -> int:
+    """The scalar accumulations in ``body``: a band ``tile`` made holds 16 already, and
+    they count against ``max_product`` like jammed copies (each is a live register)."""
+    return sum(1 for st in walk_stmts(body) if isinstance(st, Accumulate) and not st.indices)
 
 
 SHORT_BAND = 1024
