@@ -7,6 +7,8 @@ NaN, inf and -0 data) and, bit for bit, against the same pipeline without
 """
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -230,6 +232,12 @@ def test_convolution_row_is_accumulated_with_the_unit_stride_loop_innermost() ->
     assert "y[b, o, i, j] = tanh(y[b, o, i, j])" in act
     # a row shorter than a vector stays a reduction per element
     assert "y_acc" in _loops(tcc.parse(CONV.replace("W]", "7]")), FIXED)
+    # ... and so does a band LLVM unrolls whole (fewer than 32 iterations: 3 channels x 3 x 3)
+    assert "y_acc" in _loops(tcc.parse(CONV.replace("W]", "34]").replace("C,", "3,")), FIXED)
+    assert "+= x[b, 4, i + p, j + q]" not in _loops(tcc.parse(CONV.replace("W]", "34]").replace("C,", "4,")), FIXED)
+    assert "y[b, o, i, j] += x[b, c, i + p, j + q]" in _loops(tcc.parse(CONV.replace("W]", "34]").replace("C,", "4,")), FIXED)
+    blur = open(pathlib.Path(__file__).resolve().parent.parent / "examples" / "box_blur.tcc").read()
+    assert _loops(tcc.parse(blur), FIXED) == _loops(tcc.parse(blur), NO_TILE)  # 3 taps: measured slower swept
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -238,7 +246,7 @@ def test_convolution_and_its_gradients_match_the_interpreter(dtype: str) -> None
     for sizes in ({"B": 2, "C": 3, "H": 5, "W": 21, "O": 2}, {"B": 1, "C": 1, "H": 3, "W": 3, "O": 1},
                   {"B": 1, "C": 2, "H": 4, "W": 2, "O": 3}, {"B": 0, "C": 2, "H": 4, "W": 19, "O": 3}):
         assert_matches_interpreter(p, sizes, dtype=dtype, passes=FIXED, threads=2)
-    fixed = tcc.parse("input x[2, 3, 7, 19], w[5, 3, 3, 3]\ny[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+    fixed = tcc.parse("input x[2, 4, 7, 19], w[5, 4, 3, 3]\ny[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
     assert_matches_interpreter(fixed, None, dtype=dtype, passes=FIXED, threads=1)
     assert_matches_interpreter(tcc.grad(fixed, of="y", wrt="x,w"), None, dtype=dtype, passes=FIXED, threads=2)
     assert_matches_interpreter(fixed, None, dtype=dtype, target="cuda-sim")
@@ -271,8 +279,10 @@ kernel y {
   for i in 0..3 {
     for j in 0..39 {
       local acc = 0
-      for q in 0..2 {
-        acc += x[i, j] * y[q, j]
+      for p in 0..15 {
+        for q in 0..2 {
+          acc += x[i, j] * y[q, j]
+        }
       }
       y[i, j] = acc
     }
