@@ -293,3 +293,39 @@ kernel y {
     assert tile_program(racy, 64) == racy
     fine = tile_program(parse_loop_program(text.replace("y[q, j]", "x[q, j]")), 64)
     assert "y[i, j] += x[i, j] * x[q, j]" in str(fine)
+
+
+TRANSPOSE = "input A[n, m]\nB[j, i] = A[i, j]\n"
+
+
+def test_transpose_rows_are_jammed_so_each_load_uses_a_whole_cache_line() -> None:
+    text = _loops(tcc.parse(TRANSPOSE), FIXED)
+    kernel = _kernel(text, "B")
+    assert "parallel for j_t in 0..m // 16 - 1 {\n    for i in 0..n - 1 {\n      B[16*j_t, i] = A[i, 16*j_t]\n" in kernel
+    assert "B[16*j_t + 15, i] = A[i, 16*j_t + 15]" in kernel
+    assert "kernel B_rest {\n  parallel for j in max(0, 16*(m // 16))..m - 1 {" in text
+    # a copy that is already contiguous is left alone
+    copy = "input A[n, m]\nB[i, j] = 2 * A[i, j]\n"
+    assert _loops(tcc.parse(copy), FIXED) == _loops(tcc.parse(copy), NO_TILE)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transpose_is_exact(dtype: str, threads: int) -> None:
+    p = tcc.parse("input A[n, m], v[m]\nB[j, i] = A[i, j] * v[j] - 1\n")
+    f = tcc.compile(p, dtype=dtype, passes=WIDTH4, threads=threads)
+    rng = np.random.default_rng(1)
+    for n, m in [(0, 0), (0, 3), (3, 0), (1, 1), (5, 4), (4, 5), (7, 13), (13, 7), (2, 33)]:
+        a = rng.standard_normal((n, m)).astype(dtype)
+        v = rng.standard_normal(m).astype(dtype)
+        if a.size:
+            a.flat[0], a.flat[-1] = np.nan, -np.inf
+        want = (a * v).T - dtype_one(dtype)
+        out = np.full((m, n), 7.0, dtype=dtype)
+        got = f(A=a, v=v, B=out)["B"]
+        assert got is out and np.array_equal(got, want, equal_nan=True)
+    assert_matches_interpreter(p, {"n": 6, "m": 11}, dtype=dtype, passes=WIDTH4, threads=threads)
+
+
+def dtype_one(dtype: str) -> np.generic:
+    return np.dtype(dtype).type(1)
