@@ -1,4 +1,8 @@
-"""``tile``: strip-mine a column reduction's output loop so the inner loop walks memory.
+"""``tile``: make the inner loops of nests that stay loops (not BLAS products) walk memory.
+
+Three shapes: column reductions and transposes (tiles of the kernel's loop
+jammed through the nest below it) and window reductions (the output row
+moved inside a short reduction).
 
 The bias gradient of a dense layer sums a matrix over its rows, one output
 per column::
@@ -52,13 +56,14 @@ load, a few cache lines: it always fits in L1, so no cache size enters.
 **When.** A kernel that is one loop ``for c`` whose body is statements and
 reduction bands (``tcc.ir.loop_analysis.reduction_band``: perfectly nested
 loops accumulating into scalars) or element nests (below) whose bounds do
-not mention ``c``, no other
-loop and no test; for every buffer the body writes, one index position is
-``k*c + (sizes)`` plus constants spanning less than ``|k|`` in every access (iterations touch disjoint
-elements, so their statements may be interleaved; ``parallel``'s rule);
+not mention ``c``, no other loop and no test; for every buffer the body
+writes, one index position is ``k*c + (sizes)`` plus constants spanning
+less than ``|k|`` in every access (iterations touch disjoint elements, so
+their statements may be interleaved; ``parallel``'s rule);
 and for every band the stride model (:func:`tcc.ir.loop_analysis.stride_cost`)
 charges ``c`` less than the band's innermost loop variable -- ``c`` walks
-memory, the reduction does not.  A row reduction (``mu[a] = sum[c](X[a, c])``)
+memory, the reduction does not.  A constant trip count needs at least ``T``
+iterations.  A row reduction (``mu[a] = sum[c](X[a, c])``)
 fails the last test and is left to ``unroll-jam``, which runs after this
 pass and counts a band's accumulators against its copy budget (so it does
 not strip a tile's 16 accumulators again).
@@ -84,11 +89,11 @@ the output buffer (``y[.., j] = 0``; ``for c, p, q { for j { y[.., j] +=
 band's innermost trip count is a constant below one vector
 (``vector_bytes / 8``), the whole band runs at least :data:`MIN_SWEEP_BAND`
 times or a symbolic count (a shorter one LLVM unrolls whole and vectorises
-over ``j`` already: a box blur's 3 taps), and the output loop's trip count is
-at least one vector (or symbolic); the row stays in L1 (a few KiB).  Each element adds the same
-terms in the same order; LLVM may contract multiply-adds differently in the
-vector loop, so results agree to rounding, not always bit for bit.  At least ``T`` iterations
-are needed when the trip count is constant.
+over ``j`` already: a box blur's 3 taps), and the output loop's trip count
+is at least one vector (or symbolic); the row stays in L1 (a few KiB).
+Each element adds the same terms in the same order; LLVM may contract
+multiply-adds differently in the vector loop, so results agree to rounding,
+not always bit for bit.
 
 The GPU pipeline does not run this pass: there each ``c`` is a thread, and
 neighbouring threads already read neighbouring elements of a row (coalesced);
@@ -97,7 +102,6 @@ threads.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, Expr, fresh_name, postorder, transform
@@ -113,7 +117,6 @@ from tcc.ir.loop_analysis import (
     reduction_band,
     stride_cost,
     substitute_stmts,
-    walk_stmts,
 )
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
