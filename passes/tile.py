@@ -116,6 +116,7 @@ from tcc.ir.loop_analysis import (
     perfect_nest,
     reduction_band,
     stride_cost,
+    strides_with,
     substitute_stmts,
 )
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
@@ -340,6 +341,61 @@ def _walks_rows(var: str, values: list, buffers: set[str]) -> bool:
     )
 
 
+def _window(band: list[For], var: str, lo: Affine, hi: Affine) -> tuple[list[For], list[Affine], list[Affine]] | None:
+    """The band with ``var`` projected out of its bounds, and the bounds ``var`` gets inside it.
+
+    A band loop ``z`` may have bounds ``±var + r`` (a transposed convolution's
+    ``z in max(w - 31, 0)..min(w, 2)``) when it is the only one that does:
+    each bound becomes a bound of ``var`` inside the band (``z >= w - 31``:
+    ``w <= z + 31``), and ``z``'s own bound takes the extreme ``var`` of its
+    range, ``lo..hi`` (``z >= lo - 31``).  ``z`` then runs over a superset of
+    the values some ``var`` reaches and ``var`` over exactly its own, so the
+    nest enumerates the same pairs.  None for any other dependence on ``var``.
+    """
+    users = [k for k, l in enumerate(band) if any(var in b.names() for b in l.lo + l.hi)]
+    var_lo, var_hi = [lo], [hi]
+    if not users:
+        return band, var_lo, var_hi
+    if len(users) > 1:
+        return None
+    l = band[users[0]]
+    z = Affine.var(l.var)
+    j = Affine.var(var)
+    new_lo, new_hi = [], []
+    for bounds, lower in ((l.lo, True), (l.hi, False)):
+        for b in bounds:
+            k = b.coeff(var)
+            if k == 0:
+                (new_lo if lower else new_hi).append(b)
+                continue
+            if abs(k) != 1 or not strides_with(b, var):
+                return None
+            # z >= b (lower) or z <= b (upper), b = k*var + r
+            extreme = lo if (k > 0) == lower else hi
+            (new_lo if lower else new_hi).append(b.substitute({var: extreme}))
+            bound = z - b + j if k > 0 else b + j - z  # var's bound from the same inequality
+            (var_hi if (k > 0) == lower else var_lo).append(bound)
+    band = list(band)
+    band[users[0]] = replace(l, lo=fold_bounds(tuple(new_lo), True), hi=fold_bounds(tuple(new_hi), False))
+    return band, var_lo, var_hi
+
+
+def _sweep_pays(loop: For, band: list[For], values: list, buffers: set[str], vector_elems: int, window: bool) -> bool:
+    """The cost model of :func:`row_sweep`."""
+    trips = _trips(loop)
+    if (trips is not None and trips < vector_elems) or not _walks_rows(loop.var, values, buffers):
+        return False
+    mine, theirs = stride_cost(loop.var, values, buffers), stride_cost(band[-1].var, values, buffers)
+    if window and mine < theirs:
+        return True  # reduce-in-place's test, on a band it refuses (bounds on the output loop)
+    short = _trips(band[-1])
+    if short is None or short >= vector_elems or mine > theirs:
+        return False
+    whole = [_trips(l) for l in band]
+    # a shorter band LLVM unrolls whole and vectorises over the output loop as it is
+    return None in whole or _product(whole) >= MIN_SWEEP_BAND  # type: ignore[arg-type]
+
+
 def row_sweep(loop: For, outer: list[str], buffers: set[str], vector_elems: int) -> tuple[Stmt, ...] | None:
     """A window reduction's innermost output loop moved inside the reduction, the row
     accumulated in its own buffer; None when ``loop`` does not have the shape or it would not pay.
@@ -347,13 +403,16 @@ def row_sweep(loop: For, outer: list[str], buffers: set[str], vector_elems: int)
     ``for j { local acc = 0; for c, p, q { acc += x[.., j + q] * w[..] }; y[.., j] = f(acc) }``
     becomes ``for j { y[.., j] = 0 }; for c, p, q { for j { y[.., j] += .. } }; for j { y[.., j] = f(y[.., j]) }``.
     Pays when ``j`` is contiguous wherever the band's innermost loop is (stride model) but the
-    band's innermost loop is shorter than a vector (a 3-tap ``q``) and ``j`` is not."""
+    band's innermost loop is shorter than a vector (a 3-tap ``q``) and ``j`` is not, or, for
+    a band whose bounds depend on ``j`` (:func:`_window`), when ``j`` is strictly more contiguous."""
     body = loop.body
     if len(body) < 3 or not isinstance(body[0], Local) or not isinstance(body[0].init, Const) or not isinstance(body[1], For):
         return None
+    if len(loop.lo) != 1 or len(loop.hi) != 1:
+        return None
     acc = body[0].name
     band = reduction_band(body[1])
-    if band is None or any(loop.var in b.names() for l in band for b in l.lo + l.hi):
+    if band is None:
         return None
     inner = band[-1].body
     if not all(isinstance(s, Let) or (isinstance(s, Accumulate) and s.target == acc) for s in inner):
@@ -366,23 +425,22 @@ def row_sweep(loop: For, outer: list[str], buffers: set[str], vector_elems: int)
     values = [s.value for s in inner]  # type: ignore[union-attr]
     if store.buffer in {a.tensor for v in values for a in loads(v)} | {a.tensor for s in tail for a in loads(s.value) if a.indices}:
         return None
-    short, trips = _trips(band[-1]), _trips(loop)
-    if short is None or short >= vector_elems or (trips is not None and trips < vector_elems):
+    projected = _window(band, loop.var, loop.lo[0], loop.hi[0])
+    if projected is None:
         return None
-    whole = [_trips(l) for l in band]
-    if None not in whole and _product(whole) < MIN_SWEEP_BAND:  # type: ignore[arg-type]
-        return None  # LLVM unrolls the whole band and vectorises over the output loop as it is
-    if stride_cost(loop.var, values, buffers) > stride_cost(band[-1].var, values, buffers) or not _walks_rows(loop.var, values, buffers):
+    new_band, var_lo, var_hi = projected
+    if not _sweep_pays(loop, band, values, buffers, vector_elems, new_band != band):
         return None
     element = Access(store.buffer, own)
 
     def read_acc(e: Expr) -> Expr:
         return transform(e, lambda n: element if isinstance(n, Access) and n.tensor == acc and not n.indices else n)
 
-    sweep: tuple[Stmt, ...] = (replace(loop, body=tuple(
-        Accumulate(store.buffer, own, s.value) if isinstance(s, Accumulate) else s for s in inner
-    )),)
-    for l in reversed(band):
+    sweep: tuple[Stmt, ...] = (replace(
+        loop, lo=fold_bounds(tuple(var_lo), True), hi=fold_bounds(tuple(var_hi), False),
+        body=tuple(Accumulate(store.buffer, own, s.value) if isinstance(s, Accumulate) else s for s in inner),
+    ),)
+    for l in reversed(new_band):
         sweep = (replace(l, body=sweep),)
     out: list[Stmt] = [replace(loop, body=(Store(store.buffer, own, body[0].init),)), sweep[0]]
     if len(tail) > 1 or read_acc(store.value) != element:  # anything but ``y[.., j] = acc``

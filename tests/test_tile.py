@@ -329,3 +329,20 @@ def test_transpose_is_exact(dtype: str, threads: int) -> None:
 
 def dtype_one(dtype: str) -> np.generic:
     return np.dtype(dtype).type(1)
+
+
+def test_transposed_convolution_row_sweep_projects_the_window() -> None:
+    g = tcc.grad(CONV.replace("W]", "34]").replace("C,", "32,").replace(", 3, 3]", ", 3, 3]"), of="y", wrt="x")
+    dx = _kernel(_loops(g, FIXED), "dx")
+    # the tap loop's bounds on the output column become the column's bounds inside the taps
+    assert "for dx_z2 in 0..2 {" in dx
+    assert "for dx_3 in max(0, dx_z2)..min(33, dx_z2 + 31) {\n" in dx
+    assert "dx[dx_0, dx_1, dx_2, dx_3] += dy[dx_0, dx_z0, dx_2 - dx_z1, dx_3 - dx_z2]" in dx
+    # symbolic extents, rows shorter than the taps, strided windows (floor division: left alone)
+    for src in (CONV, CONV.replace("j + q", "2*j + q").replace("i + p", "2*i + p")):
+        gx = tcc.grad(src, of="y", wrt="x,w")
+        for sizes in ({"B": 1, "C": 2, "H": 5, "W": 13, "O": 2}, {"B": 1, "C": 1, "H": 3, "W": 2, "O": 1},
+                      {"B": 2, "C": 2, "H": 4, "W": 29, "O": 3}):
+            assert_matches_interpreter(gx, sizes, passes=FIXED, threads=2)
+    strided = _loops(tcc.grad(CONV.replace("j + q", "2*j + q"), of="y", wrt="x"), FIXED)
+    assert "dx_acc" in strided
