@@ -346,3 +346,31 @@ def test_transposed_convolution_row_sweep_projects_the_window() -> None:
             assert_matches_interpreter(gx, sizes, passes=FIXED, threads=2)
     strided = _loops(tcc.grad(CONV.replace("j + q", "2*j + q"), of="y", wrt="x"), FIXED)
     assert "dx_acc" in strided
+
+
+def test_cli_dump_after_tile(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tcc.driver import main
+
+    src = tmp_path / "col.tcc"
+    src.write_text("input G[5, 40]\nb[c] = sum[a](G[a, c])\n")
+    assert main(["compile", str(src), "--emit", "loops", "--dump-after", "tile"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "IR after tile" in text and "b_acc_t" in text
+    assert main(["passes"]) == 0
+    assert "tile" in capsys.readouterr().out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(1, 5), n=st.integers(0, 23), rows=st.integers(1, 3), lo=st.integers(0, 2),
+       wrt=st.sampled_from(["x", "w", "x,w"]), dtype=st.sampled_from(["float64", "float32"]))
+def test_hypothesis_windows_and_their_gradients(k: int, n: int, rows: int, lo: int, wrt: str, dtype: str) -> None:
+    # correlations with a window of k taps starting at lo, over rows: forward (row sweep when long
+    # enough), input gradient (windows on the output column), weight gradient (column-like reductions)
+    src = f"input x[r, n], w[c, {k}]\ny[a, o, j] = sum[q: {lo}..{k - 1}](x[a, j + q] * w[o, q])\n"
+    if lo > k - 1:
+        return
+    p = tcc.parse(src)
+    sizes = {"r": rows, "n": n + k, "c": 3}
+    assert_matches_interpreter(p, sizes, dtype=dtype, passes=WIDTH4, threads=2)
+    assert_matches_interpreter(tcc.grad(p, of="y", wrt=wrt), sizes, dtype=dtype, passes=WIDTH4, threads=2)
