@@ -425,6 +425,8 @@ def row_sweep(loop: For, outer: list[str], buffers: set[str], vector_elems: int)
     values = [s.value for s in inner]  # type: ignore[union-attr]
     if store.buffer in {a.tensor for v in values for a in loads(v)} | {a.tensor for s in tail for a in loads(s.value) if a.indices}:
         return None
+    if acc in {a.tensor for v in values for a in loads(v) if not a.indices}:
+        return None  # the reduction reads its own partial sum: not a plain sum
     projected = _window(band, loop.var, loop.lo[0], loop.hi[0])
     if projected is None:
         return None

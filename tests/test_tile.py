@@ -293,6 +293,8 @@ kernel y {
     assert tile_program(racy, 64) == racy
     fine = tile_program(parse_loop_program(text.replace("y[q, j]", "x[q, j]")), 64)
     assert "y[i, j] += x[i, j] * x[q, j]" in str(fine)
+    own = parse_loop_program(text.replace("x[i, j] * y[q, j]", "x[i, j] * acc"))
+    assert tile_program(own, 64) == own  # the sum reads itself
 
 
 TRANSPOSE = "input A[n, m]\nB[j, i] = A[i, j]\n"
