@@ -207,6 +207,11 @@ def test_tile_is_deterministic_and_verifies() -> None:
     from tcc.ir.loops_verifier import verify_loops
 
     verify_loops(run_pipeline(tcc.transform(ln, "infer-ranges"), FIXED))
+    # the parallel loops of swept and jammed kernels pass the verifier's race test too
+    conv = tcc.parse(CONV)
+    for p in (conv, tcc.grad(conv, of="y", wrt="x,w"), tcc.parse("input A[n, m]\nB[j, i] = A[i, j]\n")):
+        verify_loops(run_pipeline(tcc.transform(p, "infer-ranges"), FIXED))
+        assert _loops(p, FIXED) == _loops(p, FIXED)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
