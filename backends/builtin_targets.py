@@ -17,7 +17,7 @@ from .target import Executable, Target
 
 __all__ = ["CpuTarget", "CudaSimTarget", "CudaTarget", "DEFAULT_GPU_PIPELINE", "DEFAULT_LOOP_PIPELINE"]
 
-DEFAULT_LOOP_PIPELINE = "infer-ranges,contract-order,blas,lower-loops,interchange,hoist,peel,reduce-in-place,fuse-rows,unroll-jam,fuse,reuse-buffers,parallel"
+DEFAULT_LOOP_PIPELINE = "infer-ranges,contract-order,blas,lower-loops,interchange,hoist,peel,reduce-in-place,fuse-rows,tile,unroll-jam,fuse,reuse-buffers,parallel"
 # The GPU maps loops to threads, so it keeps what the CPU pipeline trades away
 # for registers and caches: no reduce-in-place or unroll-jam (they move
 # reductions outside output loops and give one thread several outputs), no
@@ -25,7 +25,10 @@ DEFAULT_LOOP_PIPELINE = "infer-ranges,contract-order,blas,lower-loops,interchang
 # coalescing across threads matters more than the order within one); fusion
 # only of whole nests, and every perfectly nested parallel loop marked, so
 # the grid gets one thread per output element; long reductions over few
-# outputs split into parallel partial sums (docs/cuda.md).
+# outputs split into parallel partial sums (docs/cuda.md).  No tile either:
+# neighbouring threads already read a column reduction's row contiguously
+# (coalesced), and tiles would give each thread T outputs, the grid T times
+# fewer threads.
 DEFAULT_GPU_PIPELINE = "infer-ranges,contract-order,lower-loops,hoist,fuse{full=true},reuse-buffers,parallel{depth=8},split-reduction"
 
 

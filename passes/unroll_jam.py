@@ -46,6 +46,11 @@ this, and past them the pass unrolls less instead of failing:
   all its output kernels together.  An unroll that would pass it is skipped
   (the kernel stays at its input size if that is already larger).
 
+Loops whose range is provably empty (constant bounds, ``for a in 512..511``)
+are dropped, and so is a kernel left without statements: strip-mining a
+constant trip count that the factor divides leaves no remainder kernel, and
+a kernel over a zero extent is no call at all.
+
 Loops are decided innermost first, each unrolled if its copies still fit
 both budgets, so the loops nearest the reduction -- whose copies share loads
 -- are unrolled first.  A loop that does not fit stays a loop; a shorter loop
@@ -174,6 +179,7 @@ class _UnrollJam:
         self.max_product = max_product
         self.max_stmts = max_stmts
         self.taken: set[str] = set()
+        self.kernel_names = {k.name for k in program.kernels}
         self.stmts = 0  # statements the current kernel has become so far
 
     def start_kernel(self, kernel: Kernel) -> None:
@@ -203,6 +209,13 @@ class _UnrollJam:
             For(strip_var, (Affine.constant(0),), (strips - 1,), jammed),
             replace(loop, lo=fold_bounds((lo, lo + strips * factor), True)),
         )
+
+    def strip_inner_stmts(self, loop: For, inner: int = 1) -> tuple[Stmt, ...] | None:
+        """:meth:`strip_inner`'s two loops, the remainder left out when its range is provably empty."""
+        mined = self.strip_inner(loop, inner)
+        if mined is None:
+            return None
+        return mined[:1] if empty_range(mined[1]) else mined
 
     def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
         return {n: self.fresh(f"{n}_u{copy}") for n in declared}
@@ -234,7 +247,7 @@ class _UnrollJam:
                 if jammed is not None:
                     factor = s.hi[0].const - s.lo[0].const + 1
                 elif not top:
-                    jammed = self.strip_inner(s, inner)
+                    jammed = self.strip_inner_stmts(s, inner)
                     factor = self.factor
                 if jammed is not None:
                     out.extend(self.accept((s,), jammed))
@@ -262,7 +275,7 @@ class _UnrollJam:
         if _band(s) is not None:
             return None  # s is itself part of a reduction band: interchange's business, not ours
         trips = last - first + 1
-        if not self.affordable(trips * inner, (trips - 1) * _count(s.body)):
+        if not self.affordable(trips * max(inner, _accumulators(s.body)), (trips - 1) * _count(s.body)):
             return None
         declared = declared_scalars(s.body)
         copies = []
@@ -320,13 +333,24 @@ class _UnrollJam:
             return (kernel,)
         if _short_band(loop.body):
             return (kernel,)
-        if not self.affordable(factor * product, factor * _count(loop.body)):
+        # the band's own accumulators count as copies too: a kernel ``tile`` made has 16 already
+        if not self.affordable(factor * max(product, _accumulators(loop.body)), factor * _count(loop.body)):
             return (kernel,)
         mined = self.strip_mine(loop, factor)
         if mined is None:
             return (kernel,)
         self.accept(kernel.body, mined)
-        return (Kernel(kernel.name, (mined[0],)), Kernel(kernel.name + "_rest", (mined[1],)))
+        if empty_range(mined[1]):  # the strips cover every iteration: no kernel of nothing (~50 us a call)
+            return (Kernel(kernel.name, (mined[0],)),)
+        rest = fresh_name(kernel.name + "_rest", self.kernel_names)
+        self.kernel_names.add(rest)
+        return (Kernel(kernel.name, (mined[0],)), Kernel(rest, (mined[1],)))
+
+
+def _accumulators(body: tuple[Stmt, ...]) -> int:
+    """The scalar accumulations in ``body``: a band ``tile`` made holds 16 already, and
+    they count against ``max_product`` like jammed copies (each is a live register)."""
+    return sum(1 for st in walk_stmts(body) if isinstance(st, Accumulate) and not st.indices)
 
 
 SHORT_BAND = 1024
@@ -356,6 +380,32 @@ def _short_band(body: tuple[Stmt, ...]) -> bool:
     return trips < SHORT_BAND
 
 
+def empty_range(loop: For) -> bool:
+    """The loop provably runs no iteration: a constant lower bound exceeds a constant upper bound."""
+    los = [b.const for b in loop.lo if b.is_constant]
+    his = [b.const for b in loop.hi if b.is_constant]
+    return bool(los and his and max(los) > min(his))
+
+
+def drop_empty(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """``body`` without the loops that provably run no iteration (at any depth).
+
+    Such a loop does nothing, whatever its body; a kernel of them would still
+    cost a call (about 50 us for a parallel one) and split the kernels
+    around it for ``fuse``.
+    """
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, For):
+            if empty_range(s):
+                continue
+            s = replace(s, body=drop_empty(s.body))
+        elif isinstance(s, If):
+            s = replace(s, then=drop_empty(s.then), orelse=drop_empty(s.orelse))
+        out.append(s)
+    return tuple(out)
+
+
 def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4,
                        max_product: int = 16, max_stmts: int = 512) -> LoopProgram:
     u = _UnrollJam(program, max_trip, strip, max_product, max_stmts)
@@ -365,9 +415,10 @@ def unroll_jam_program(program: LoopProgram, max_trip: int = 4, strip: int = 4,
             kernels.append(k)
             continue
         u.start_kernel(k)
-        body, product = u.block(k.body, top=True)
+        body, product = u.block(drop_empty(k.body), top=True)
         kernels.extend(u.strip(Kernel(k.name, body), product))
-    return program.with_kernels(tuple(kernels))
+    # a kernel left with nothing to do (all its loops empty) is no kernel
+    return program.with_kernels(tuple(k for k in kernels if k.body))
 
 
 @dataclass(frozen=True)

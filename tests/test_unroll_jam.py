@@ -1,6 +1,8 @@
 """``unroll-jam``: short constant loops around reductions unrolled, the copies' reductions fused."""
 from __future__ import annotations
 
+import numpy as np
+
 import tcc
 from compare import assert_matches_interpreter
 from tcc.pipeline import run_pipeline
@@ -260,3 +262,33 @@ y[i, j] = (x[i, j] - mu) / sqrt(var + 0.00001) * g[i, j] + b[i, j]
     inputs = random_inputs(tcc.transform(H.program, "infer-ranges"), {})
     want = evaluate(tcc.transform(H.program, "infer-ranges"), inputs, np.float64)
     assert_results_close({"dx2": H(**inputs)}, {"dx2": want["dx2"]}, "float64")
+
+
+def test_no_kernel_or_loop_for_a_provably_empty_remainder():
+    # a long reduction per row: the row loop is strip-mined by 4; 8 rows leave no remainder
+    rows = "input X[8, 1100]\nmu[a] = sum[c](X[a, c]) / 1100\n"
+    text = _loops(tcc.parse(rows), "lower-loops,unroll-jam,parallel")
+    assert "parallel for a_s in 0..1 {" in text and "_rest" not in text and "8..7" not in text
+    odd = _loops(tcc.parse(rows.replace("X[8,", "X[9,")), "lower-loops,unroll-jam,parallel")
+    assert "kernel mu_rest {\n  parallel for a in 8..8 {" in odd
+    # the inner output loop of a convolution: 8 columns are two strips and no empty loop after them
+    conv = "input x[2, 3, 6, 10], w[2, 3, 3, 3]\ny[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n"
+    text = _loops(tcc.parse(conv), "lower-loops,unroll-jam")
+    assert "for j_s in 0..1 {" in text and "for j in" not in text
+    for src in (rows, rows.replace("X[8,", "X[9,"), conv):
+        for dtype in ("float64", "float32"):
+            assert_matches_interpreter(tcc.parse(src), None, dtype=dtype, threads=2)
+
+
+def test_kernels_over_a_zero_extent_are_dropped_and_results_stay_right():
+    src = "input x[0, 3]\nb[c] = sum[a](x[a, c])\ny[a] = sum[c](x[a, c])\n"
+    text = _loops(tcc.parse(src), "lower-loops,unroll-jam")
+    assert "kernel y" not in text and "0..-1" not in text
+    got = assert_matches_interpreter(tcc.parse(src), None, threads=2)
+    assert got["y"].shape == (0,) and list(got["b"]) == [0.0, 0.0, 0.0]
+    y = np.empty(0)
+    assert tcc.compile(src)(x=np.zeros((0, 3)), y=y)["y"] is y
+    # symbolic extents keep their loops: empty or not is only known at the call
+    sym = "input x[n, m]\ny[a] = sum[c](x[a, c])\n"
+    for n, m in ((0, 3), (3, 0), (5, 7)):
+        assert_matches_interpreter(tcc.parse(sym), {"n": n, "m": m})
