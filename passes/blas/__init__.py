@@ -130,14 +130,15 @@ from dataclasses import dataclass
 from tcc.ir.program import Program
 from tcc.passes.pass_base import Level, Pass, PassContext
 
+from .contract import COPY_COST
 from .match import DEFAULT_MIN_WORK, Rewriter
 
 __all__ = ["Blas", "blas_program", "DEFAULT_MIN_WORK"]
 
 
-def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK) -> Program:
+def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK, copy_cost: float = COPY_COST) -> Program:
     """Rewrite every matching definition (see the module docstring)."""
-    rw = Rewriter(program, min_work)
+    rw = Rewriter(program, min_work, copy_cost)
     return program.expand_definitions(rw.rewrite)
 
 
@@ -152,6 +153,8 @@ class Blas(Pass):
 
     # p * q * r below which a product with constant extents keeps its loops
     min_work: int = DEFAULT_MIN_WORK
+    # multiply-adds of the loops worth one element moved by a transposing copy (contract.py)
+    copy_cost: float = COPY_COST
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        return blas_program(program, self.min_work)
+        return blas_program(program, self.min_work, self.copy_cost)

@@ -100,7 +100,7 @@ def _ratio(extents: dict[str, Affine], names: tuple[str, ...]) -> Fraction:
 
 
 def contraction(out: tuple[str, ...], out_ext: tuple[Affine, ...], body: Expr, program, sizes: set[str],  # noqa: ANN001
-                facts, min_work: int) -> MatrixFn | None:  # noqa: ANN001
+                facts, min_work: int, copy_cost: float = COPY_COST) -> MatrixFn | None:  # noqa: ANN001
     """``contract(P[...], Q[...])`` computing ``body`` for the result indices ``out``, or ``None``
     when ``body`` is not such a contraction or the cost model keeps the loops."""
     peeled = _peel(body, sizes, facts)
@@ -136,6 +136,6 @@ def contraction(out: tuple[str, ...], out_ext: tuple[Affine, ...], body: Expr, p
         for k in k_orders)
     if needs_copy(tuple(out), g.batch, g.left, g.right):
         share += _ratio(extents, g.contracted)
-    if share * COPY_COST > 1:
+    if share * Fraction(copy_cost) > 1:
         return None  # the copies cost more than the loop nest
     return MatrixFn(CONTRACT, reads[0].tensor, reads[1].tensor, spec=spec)  # type: ignore[union-attr]

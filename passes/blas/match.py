@@ -24,7 +24,8 @@ from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program
 
-from .contract import contraction
+from .contract import COPY_COST, contraction
+from .reuse import reuse_outlined
 
 __all__ = ["DEFAULT_MIN_WORK", "Rewriter"]
 
@@ -98,15 +99,17 @@ def _product(factors: list[Expr], negated: bool) -> Expr:
 
 
 class Rewriter:
-    def __init__(self, program: Program, min_work: int) -> None:
+    def __init__(self, program: Program, min_work: int, copy_cost: float = COPY_COST) -> None:
         self.program = program
         self.min_work = min_work
+        self.copy_cost = copy_cost
         self.sizes = set(program.sizes())
         self.facts = program_facts(self.sizes)
         self.taken = program.names_in_use()
         # outlined sides by (body over canonical index names, extents): an equal one is reused
         self.outlined: dict[tuple, str] = {}
         self.canon: tuple[Affine, ...] = ()
+        self.made: dict[str, tuple[Affine, ...]] = {}  # extents of the outlined sides (not in program)
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
@@ -129,7 +132,7 @@ class Rewriter:
         if negated or len(factors) != 1 or not isinstance(factors[0], Access):
             return None
         acc = factors[0]
-        ext = self.program.extents_of(acc.tensor)
+        ext = self.program.extents_of(acc.tensor) or self.made.get(acc.tensor)
         if ext is None or first == second:
             return None
         pair = (Affine.var(first), Affine.var(second))
@@ -145,6 +148,7 @@ class Rewriter:
         """``[d]`` unchanged, or the new definitions followed by ``d`` as a ``matmul`` or an epilogue."""
         if d.extents is None or isinstance(d.body, MatrixFn):
             return [d]
+        d = reuse_outlined(d, self.outlined, self.canon, self.sizes)  # db = sum[a](dX_lhs[a, c])
         if len(d.indices) >= 2:
             try:
                 return self.match(d)
@@ -199,9 +203,14 @@ class Rewriter:
                 if found is not None:
                     mapping[e] = found
                     continue
+            if isinstance(e, Sum) and isinstance(e.body, Sum):  # x^T A x: sum[i](x[i] * sum[j](A[i, j] * x[j]))
+                found = self.nested_matvec(d, e, out)
+                if found is not None:
+                    mapping[e] = found
+                    continue
             if isinstance(e, Sum) and not free - self.sizes - set(names):  # several contracted indices, ...
                 fn = contraction(tuple(names), tuple(extent[x] for x in names), e, self.program, self.sizes,
-                                 self.facts, self.min_work)
+                                 self.facts, self.min_work, self.copy_cost)
                 if fn is not None and e is d.body and tuple(names) == d.indices:
                     return [d.with_body(fn)]  # the whole body: D itself is the contraction
                 if fn is not None:
@@ -213,6 +222,29 @@ class Rewriter:
         if not mapping:
             return [d]
         return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
+
+    def nested_matvec(self, d: Definition, e: Sum, out: list[Definition]) -> Expr | None:
+        """``sum[i](sum[j](F))`` whose factors on ``j`` are a matrix-vector product over ``j`` (a plain
+        ``M[i, j]`` or ``M[j, i]`` times factors on ``j`` alone): that product becomes a
+        :meth:`matvec` and the outer sum reads it -- the quadratic form ``x^T A x`` is one BLAS
+        ``gemv`` and a dot product of length n, reading ``A`` once at BLAS speed (issue 13 item 4)."""
+        inner = e.body
+        assert isinstance(inner, Sum)
+        i, j = e.var, inner.var
+        if e.lo != (Affine.constant(0),) or len(e.hi) != 1 or not set(e.hi[0].names()) <= self.sizes:
+            return None
+        if any(i in b.names() for b in inner.lo + inner.hi):
+            return None
+        factors: list[Expr] = []
+        negated = _factors(inner.body, self.sizes, i, "", False, factors)
+        jpart = [f for f in factors if j in free_names(f)]
+        rest = [f for f in factors if j not in free_names(f)]
+        if not jpart or not any(i in free_names(f) for f in jpart):
+            return None
+        found = self.matvec(d, Sum(j, inner.lo, inner.hi, _product(jpart, False)), i, e.hi[0] + 1, out)
+        if found is None:
+            return None
+        return Sum(i, e.lo, e.hi, _product(rest + [found], negated))
 
     def matvec(self, d: Definition, s: Expr, x: str, p: Affine, out: list[Definition]) -> Expr | None:
         """A product of a matrix and a vector, ``sum[z](M[x, z] * v[z])`` (``M`` possibly read as
@@ -341,6 +373,7 @@ class Rewriter:
         key = (substitute(body, {x: self.canonical(k) for k, x in enumerate(idx)}), extents)
         if key not in self.outlined:  # the gradients of X W^T read dY * (1 - Y^2) both ways round: one
             self.outlined[key] = self.fresh(f"{d.name}_{suffix}")
+            self.made[self.outlined[key]] = extents
             out.append(Definition(self.outlined[key], idx, body, extents, d.loc))
         return self.outlined[key], flip
 
