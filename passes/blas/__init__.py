@@ -120,6 +120,15 @@ fresh), are ``local``, and are placed right before ``D``; the sum's variable bec
 inner index of both.  The rewritten program is again a program of the
 language: it prints, parses back and runs in the interpreter.
 
+**General contractions, reuse, the quadratic form.**  What these rules
+leave and is a sum over the product of two plain reads (several contracted
+indices, batch indices anywhere, an interleaved result) becomes
+``contract(P[...], Q[...])`` under a copy-versus-loops cost model
+(:mod:`.contract`); a later definition that computes an outlined side again
+reads it (:mod:`.reuse`); and ``sum[i](sum[j](x[i] * A[i, j] * x[j]))``
+becomes a matrix-vector product and a dot (:meth:`Rewriter.nested_matvec`).
+docs/passes.md (blas) has the groups and the cost model.
+
 The pass runs in the CPU pipeline right before ``lower-loops``; the GPU
 pipeline has no such external kernels (``target=cuda`` refuses ``matmul``).
 """
