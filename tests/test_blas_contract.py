@@ -201,3 +201,42 @@ def test_run_contract_equals_einsum_on_any_strides(text, seed):
     out = np.full(tuple(ext[x] for x in spec[2])[::-1], np.nan).T
     run_contract(spec, a, b, out)
     assert_results_close({"D": np.ascontiguousarray(out)}, {"D": einsum_contract(spec, a, b)}, "float64")
+
+
+def test_cuda_keeps_loops_for_blas_contractions_and_refuses_a_written_contract():
+    from tcc.build import compile_pipeline
+    from tcc.pipeline import run_pipeline
+
+    # the GPU pipeline has no blas: the gradient's two-index contractions stay loop nests and lower to PTX
+    grad = tcc.transform(tcc.grad(CONTRACT3, "T", "A,B,C"), "infer-ranges")
+    module = run_pipeline(grad, compile_pipeline(None, "float64", "cuda", "sm_80", 0))
+    assert "contract" not in str(module) and ".entry" in str(module)
+    with pytest.raises(TccError, match=r"contract\(A, B\) \(definition 'D'\) is computed by BLAS"):
+        tcc.compile("input A[5, 3, 4], B[5, 6, 4]\nD[a, b] = contract(A[z, a, y], B[z, b, y])[a, b]\n", target="cuda")
+
+
+@st.composite
+def _three_factor(draw):  # noqa: ANN001, ANN202
+    """``T[...] = sum[p, q](A[i, p, q] * B[p, j] * C[q, l])`` with random storage orders and extents:
+    ``contract-order`` makes it pairwise, ``blas`` takes the pairs (gradients included)."""
+    ext = {x: draw(st.sampled_from([1, 2, 3, 4])) for x in "ijlpq"}
+    a = draw(st.permutations("ipq"))
+    b = draw(st.permutations("pj"))
+    c = draw(st.permutations("ql"))
+    out = draw(st.permutations("ijl"))
+
+    def decl(n: str, ix: list[str]) -> str:
+        return f"{n}[{', '.join(str(ext[x]) for x in ix)}]"
+
+    return (f"input {decl('A', a)}, {decl('B', b)}, {decl('C', c)}\n"
+            f"T[{', '.join(out)}] = sum[p, q](A[{', '.join(a)}] * B[{', '.join(b)}] * C[{', '.join(c)}])\n")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_three_factor(), st.sampled_from(["float64", "float32"]))
+def test_generated_three_factor_contractions_and_gradients(text, dtype):
+    note(text)
+    grad = tcc.grad(text, "T", "A,B,C")
+    note(str(tcc.transform(grad, "infer-ranges,contract-order,blas{min-work=0 copy-cost=0}")))
+    assert_matches_interpreter(tcc.parse(text), passes=ALWAYS, dtype=dtype)
+    assert_matches_interpreter(grad, passes=ALWAYS, dtype=dtype, threads=2)

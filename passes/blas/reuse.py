@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from itertools import permutations
 
-from tcc.ir.expr import Access, Expr, Sum, free_names, substitute, transform
+from tcc.ir.expr import Access, Expr, Sum, free_names, postorder, substitute, transform
 from tcc.ir.index import Affine
 from tcc.ir.program import Definition
 
@@ -43,6 +43,14 @@ def _ranges(d: Definition) -> dict[str, Affine]:
     return ext
 
 
+def _tree_size(root: Expr) -> int:
+    """Nodes in ``root`` counted as a tree (a shared node once per use), as :func:`reuse_outlined` counts."""
+    size: dict[int, int] = {}
+    for node in postorder(root):
+        size[id(node)] = 1 + sum(size[id(k)] for k in node.children())
+    return size[id(root)]
+
+
 def reuse_outlined(d: Definition, outlined: dict[tuple, str], canon: tuple[Affine, ...], sizes: set[str]) -> Definition:
     """``d`` with each sub-expression equal to an outlined side (``outlined``: (body over the
     canonical index names ``canon``, extents) -> name) replaced by a read of that side."""
@@ -50,11 +58,14 @@ def reuse_outlined(d: Definition, outlined: dict[tuple, str], canon: tuple[Affin
         return d
     arity = {len(ext) for _, ext in outlined}
     roots = {(type(body), getattr(body, "op", None)) for body, _ in outlined}  # a cheap first filter
+    biggest = max(_tree_size(body) for body, _ in outlined)
     ranges = _ranges(d)
     memo: dict = {}
+    size: dict[int, int] = {}  # nodes under each visited node (bottom-up): bigger ones cannot match
 
     def visit(e: Expr) -> Expr:
-        if (type(e), getattr(e, "op", None)) not in roots or any(isinstance(n, Sum) for n in e.children()):
+        size[id(e)] = n = 1 + sum(size.get(id(k), 1) for k in e.children())
+        if n > biggest or (type(e), getattr(e, "op", None)) not in roots or any(isinstance(n, Sum) for n in e.children()):
             return e
         names = [x for x in free_names(e, memo) if x not in sizes]
         if len(names) not in arity or any(x not in ranges for x in names):
