@@ -114,6 +114,9 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
             a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
             if a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
                 out[...] = 0
+            elif a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous and a.size:
+                # a stack of matrices times one matrix is one GEMM on the stacked rows (not one per member)
+                np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
             else:
                 np.matmul(a, b, out=out)
         else:

@@ -240,3 +240,14 @@ def test_generated_three_factor_contractions_and_gradients(text, dtype):
     note(str(tcc.transform(grad, "infer-ranges,contract-order,blas{min-work=0 copy-cost=0}")))
     assert_matches_interpreter(tcc.parse(text), passes=ALWAYS, dtype=dtype)
     assert_matches_interpreter(grad, passes=ALWAYS, dtype=dtype, threads=2)
+
+
+@pytest.mark.parametrize("h, i, z, j", [(3, 5, 4, 2), (1, 1, 1, 1), (2, 0, 3, 4), (2, 3, 0, 4), (7, 13, 5, 11)])
+def test_a_stack_times_one_matrix_is_one_gemm_on_the_stacked_rows(h, i, z, j):
+    """``matmul(Q, W)`` and ``matmul(Q, transpose(V))`` with ``Q`` a stack: the runtime folds the stack."""
+    text = (f"input Q[{h}, {i}, {z}], W[{z}, {j}], V[{j}, {z}]\n"
+            "S[b, x, y] = sum[k](Q[b, x, k] * W[k, y])\nR[b, x, y] = sum[k](Q[b, x, k] * V[y, k])\n")
+    f = tcc.compile(text, passes=ALWAYS)
+    assert _externs(f) == ["extern matmul(Q, W) -> S", "extern matmul(Q, transpose(V)) -> R"]
+    for dtype in ("float64", "float32"):
+        assert_matches_interpreter(tcc.parse(text), passes=ALWAYS, dtype=dtype)

@@ -29,7 +29,7 @@ __all__ = ["reuse_outlined"]
 def _ranges(d: Definition) -> dict[str, Affine]:
     """The extent of each index variable of ``d``: its own indices and every sum over ``0..N - 1``."""
     assert d.extents is not None
-    ext = dict(zip(d.indices, d.extents))
+    ext: dict[str, Affine | None] = dict(zip(d.indices, d.extents))
     stack = [d.body]
     seen: set[int] = set()
     while stack:
@@ -37,10 +37,13 @@ def _ranges(d: Definition) -> dict[str, Affine]:
         if id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, Sum) and e.lo == (Affine.constant(0),) and len(e.hi) == 1:
-            ext.setdefault(e.var, e.hi[0] + 1)
+        if isinstance(e, Sum):
+            whole = e.lo == (Affine.constant(0),) and len(e.hi) == 1
+            n = e.hi[0] + 1 if whole else None
+            # a name bound twice with different ranges (or a range not from 0) is ambiguous: never taken
+            ext[e.var] = n if ext.get(e.var, n) == n else None
         stack.extend(e.children())
-    return ext
+    return {x: n for x, n in ext.items() if n is not None}
 
 
 def _tree_size(root: Expr) -> int:
