@@ -251,3 +251,28 @@ def test_a_stack_times_one_matrix_is_one_gemm_on_the_stacked_rows(h, i, z, j):
     assert _externs(f) == ["extern matmul(Q, W) -> S", "extern matmul(Q, transpose(V)) -> R"]
     for dtype in ("float64", "float32"):
         assert_matches_interpreter(tcc.parse(text), passes=ALWAYS, dtype=dtype)
+
+
+def test_reuse_needs_the_whole_range_of_the_outlined_side():
+    text = ("input dY[64, 96], Y[64, 96], W[96, 128]\n"
+            "dX[a, k] = sum[c](dY[a, c] * (1 - Y[a, c]**2) * W[c, k])\n"
+            "db[c] = sum[a: 0..31](dY[a, c] * (1 - Y[a, c]**2))\n"
+            "db2[c] = sum[a](dY[a, c] * (1 - Y[a, c]**2))\n")
+    got = str(tcc.transform(text, "infer-ranges,blas"))
+    assert "db[c] = sum[a: 0..31](dY[a, c] * (1 - Y[a, c]**2))" in got
+    assert "db2[c] = sum[a: 0..63](dX_lhs[a, c])" in got
+    assert_matches_interpreter(tcc.parse(text))
+
+
+def test_derivatives_of_a_written_contract_are_its_sums_and_match_finite_differences():
+    from tcc.fdcheck import check_gradients
+
+    src = ("input A[5, 3, 4], B[4, 6, 5]\n"
+           "D[b, a] = contract(A[z, a, y], B[y, b, z])[b, a]\nf = sum[a, b](sin(D[b, a]))\n")
+    grad = str(tcc.grad(src, "f", "A,B"))
+    assert "contract" not in grad and "sum[" in grad
+    for target in ("reference", "cpu"):
+        results = check_gradients(tcc.parse(src), "f", ["A", "B"], target=target)
+        assert all(r.ok for r in results), results
+    jvp = tcc.grad(src, "f", "A", mode="forward")
+    assert "contract" not in str(jvp)
