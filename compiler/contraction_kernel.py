@@ -65,8 +65,14 @@ def _view(x: np.ndarray, perm: Sequence[int], shape: tuple[int, int, int]) -> np
     y = x.transpose(perm)
     try:
         v = np.reshape(y, shape, copy=False)
-    except (ValueError, AttributeError):
+    except ValueError:  # a copy would be needed
         return None
+    except TypeError:  # NumPy < 2.1: no copy= (setting .shape refuses what needs a copy)
+        v = y.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return None
     item = v.itemsize
     ok = (v.strides[2] == item or shape[2] <= 1) and (v.strides[1] % item == 0) and (
         shape[1] <= 1 or v.strides[1] >= shape[2] * item)
