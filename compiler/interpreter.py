@@ -81,6 +81,17 @@ def _adjugate(a: np.ndarray) -> np.ndarray:
     return (sign * (vh.T * (prefix * suffix))) @ u.T
 
 
+def einsum_contract(spec: tuple[tuple[str, ...], ...], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``contract(A[...], B[...])`` as ``np.einsum`` with a letter per index name (the reference
+    semantics; the runtime's transpose-reshape-matmul plan is checked against it)."""
+    letters: dict[str, str] = {}
+    for ix in spec:
+        for x in ix:
+            letters.setdefault(x, chr(ord("a") + len(letters)) if len(letters) < 26 else chr(ord("A") + len(letters) - 26))
+    sub = [''.join(letters[x] for x in ix) for ix in spec]
+    return np.einsum(f"{sub[0]},{sub[1]}->{sub[2]}", a, b.astype(a.dtype, copy=False))
+
+
 def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
     """``inv``, ``adj``, ``det`` or ``logdet`` (``log|det|``) of the square matrix ``a``
     (``matrix_function(fn, a)``), or ``matmul`` of ``a`` and ``b``
@@ -501,9 +512,12 @@ def evaluate(
                         raise TccError(f"definition '{d.name}' reads '{arg}', which is not an input or an earlier definition")
                 # an argument read transposed is passed as the transposed view (matmul(A, transpose(B)): A @ B.T)
                 operands = (np.swapaxes(tensors[a], -1, -2) if t else tensors[a] for a, t in zip(args, d.body.transposed))
-                value = np.array(
-                    matrix_function(fn, *operands, where=f"definition '{d.name}'"), dtype=dtype, order="C"
-                )
+                if d.body.spec:  # contract(A[z, a], B[z, b]): NumPy's einsum, independent of the runtime's plan
+                    value = np.array(einsum_contract(d.body.spec, *operands), dtype=dtype, order="C")
+                else:
+                    value = np.array(
+                        matrix_function(fn, *operands, where=f"definition '{d.name}'"), dtype=dtype, order="C"
+                    )
                 if value.shape != shape:
                     raise TccError(f"definition '{d.name}' has shape {shape} but {d.body} has shape {value.shape}")
                 results[d.name] = value

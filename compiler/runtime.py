@@ -38,6 +38,8 @@ This module imports no backend: ``import tcc.runtime`` loads no llvmlite.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import queue
 import signal
@@ -47,12 +49,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
+from tcc.contraction_kernel import run_contract
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
-    "CallError", "CompiledProgram", "default_threads", "pool_size", "run_extern", "run_parallel",
+    "CallError", "CompiledProgram", "blas_limit", "default_threads", "pool_size", "run_extern", "run_parallel",
 ]
 
 def default_threads() -> int:
@@ -63,25 +66,61 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray]) -> None:
+_blas: Any = None  # the BLAS libraries' ThreadpoolController selection, made on first use
+
+
+def blas_limit(threads: int | None) -> Any:
+    """A context that runs BLAS with at most ``threads`` threads (issue 13 item 2).
+
+    External kernels run on the calling thread while tcc's pool is idle (the
+    previous kernel's parts have all finished), so a call uses at most
+    ``threads`` cores exactly when BLAS does too.  One threadpoolctl
+    controller is created on first use and reused; the BLAS libraries' current
+    thread counts are read each time (a ctypes call each), and when none
+    exceeds ``threads`` nothing is changed: a null context.  Otherwise the
+    limit is set for the extern and restored after it (docs/runtime.md has
+    the measured cost).  ``threads=None`` leaves BLAS alone.
+    """
+    global _blas
+    if threads is None:
+        return contextlib.nullcontext()
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas = ThreadpoolController().select(user_api="blas")
+    if all(lib.num_threads <= threads for lib in _blas.lib_controllers):
+        return contextlib.nullcontext()
+    return _blas.limit(limits=threads)
+
+
+def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None = None) -> None:
     """Run the external kernel ``extern fn(args) -> out`` on the bound arrays, writing ``out`` in place.
 
     ``matmul`` writes straight into ``out`` (``np.matmul(A, B, out=C)``: NumPy's
     BLAS, no temporary; the runtime never binds overlapping buffers).  An
     argument read transposed (``matmul(A, transpose(B))``) is passed as the
     transposed view ``B.T``: NumPy hands BLAS the stored array with the
-    transpose flag, so nothing is copied.
+    transpose flag, so nothing is copied.  ``contract`` reshapes (or copies)
+    its operands into matrix stacks and makes one ``np.matmul``
+    (:mod:`tcc.contraction_kernel`).  BLAS runs with at most ``threads``
+    threads (:func:`blas_limit`).
     """
     out = buffers[stmt.out]
-    if stmt.fn == "matmul":
-        flags = getattr(stmt, "transposed", ()) or (False, False)
-        a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
-        if a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
-            out[...] = 0
+    with blas_limit(threads):
+        if getattr(stmt, "spec", ()):
+            run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
+        elif stmt.fn == "matmul":
+            flags = getattr(stmt, "transposed", ()) or (False, False)
+            a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
+            if a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
+                out[...] = 0
+            elif a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous and a.size:
+                # a stack of matrices times one matrix is one GEMM on the stacked rows (not one per member)
+                np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
+            else:
+                np.matmul(a, b, out=out)
         else:
-            np.matmul(a, b, out=out)
-        return
-    out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
+            out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
 
 
 class _Batch:
@@ -486,7 +525,8 @@ class CompiledProgram:
                 return variant(**arrays)
         with self.executable.active():
             sizes, buffers = self.bind(arrays)
-            call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, run_extern, run_parallel)
+            extern = functools.partial(run_extern, threads=self._threads)  # BLAS within the call's threads
+            call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, extern, run_parallel)
             if self._threads > 1 and self._parallel:
                 with call_scope():  # the parallel kernels share one Ctrl-C deferral
                     return self.executable.run(call)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Mapping, Tuple, Union
 
+from .contraction import CONTRACT, format_contract
 from .index import Affine, Cond, format_affine, format_cond, format_conjunct
 from .trampoline import Step, trampoline  # re-exported: visitors everywhere import them from here
 
@@ -33,16 +34,13 @@ MATRIX_FUNCTIONS = {"det": 0, "logdet": 0, "inv": 2, "adj": 2}
 #: a ``MatrixFn`` with two arguments, also a definition of its own.
 MATMUL = "matmul"
 
-#: The pseudo-tensor whose one-index read ``#index[e]`` is the integer value of
-#: the index expression ``e`` as a float: a size or an index used in a value
-#: (``sum[j](x[a, j]) / m``, ``x[i] * sin(0.3 * i)``).  Being an
-#: :class:`Access`, it is substituted, renamed, hoisted and analysed by every
-#: pass exactly as a read of a tensor indexed by ``e`` (which is what its
-#: dependence is); only the printer, the verifiers, the interpreter and the
-#: code generators know it.  ``#`` starts a comment, so no program can name it.
+#: ``#index[e]`` reads the integer value of the index expression ``e`` as a float
+#: (``sum[j](x[a, j]) / m``, ``x[i] * sin(0.3 * i)``).  As an :class:`Access`, every pass
+#: treats it as the read of a tensor indexed by ``e``, which is its dependence; only printers,
+#: verifiers, the interpreter and code generators know it.  No program can name it (``#``).
 INDEX_VALUE = "#index"
-#: Every function a ``MatrixFn`` holds, by its number of arguments.
-MATRIX_ARITY = {**{fn: 1 for fn in MATRIX_FUNCTIONS}, MATMUL: 2}
+#: Every function a ``MatrixFn`` holds, by its number of arguments (``contract``: ir/contraction.py).
+MATRIX_ARITY = {**{fn: 1 for fn in MATRIX_FUNCTIONS}, MATMUL: 2, CONTRACT: 2}
 
 _TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 
@@ -263,41 +261,42 @@ class MatrixFn(Expr):
     level lets every element-wise pass treat its result as an ordinary tensor
     that is read with accesses.  ``lower-loops`` turns such a definition into
     an external kernel (LAPACK or BLAS through NumPy).  ``logdet`` is
-    ``log(abs(det(A)))``.
-
-    ``args`` are tensor names (:data:`MATRIX_ARITY` of them); the constructor
-    takes them as separate arguments: ``MatrixFn("inv", "A")``,
-    ``MatrixFn("matmul", "A", "B")``.  ``tensor`` is the argument of a
-    one-argument function.
+    ``log(abs(det(A)))``.  ``args`` are tensor names (:data:`MATRIX_ARITY` of
+    them), given separately: ``MatrixFn("inv", "A")``, ``MatrixFn("matmul", "A", "B")``.
 
     ``transposed`` flags the arguments ``matmul`` reads transposed (all False
     unless given): ``MatrixFn("matmul", "A", "B", transposed=(False, True))``
     is ``A @ B.T``, printed ``matmul(A, transpose(B))``; BLAS reads ``B`` as
     stored with its transpose flag, so ``blas`` copies nothing for ``X W^T``.
+    ``spec`` is ``contract``'s index tuples (ir/contraction.py), empty otherwise.
     """
 
-    __slots__ = ("fn", "args", "transposed")
-    _fields = ("fn", "args", "transposed")
+    __slots__ = ("fn", "args", "transposed", "spec")
+    _fields = ("fn", "args", "transposed", "spec")
     fn: str
     args: tuple[str, ...]
     transposed: tuple[bool, ...]
+    spec: tuple[tuple[str, ...], ...]
 
-    def __new__(cls, fn: str, *args: Any, transposed: "tuple[bool, ...] | None" = None) -> "MatrixFn":
+    def __new__(cls, fn: str, *args: Any, transposed: "tuple[bool, ...] | None" = None, spec: Any = None) -> "MatrixFn":
         if fn not in MATRIX_ARITY:
             raise ValueError(f"unknown matrix function {fn!r}")
-        if args and isinstance(args[0], tuple):  # MatrixFn(fn, ("A", "B"), flags), as __reduce__ gives
-            args, transposed = args[0], (args[1] if len(args) > 1 else transposed)
+        if args and isinstance(args[0], tuple):  # MatrixFn(fn, ("A", "B"), flags, spec), as __reduce__ gives
+            args, transposed, spec = args[0], (args[1] if len(args) > 1 else transposed), (args[2] if len(args) > 2 else spec)
         if len(args) != MATRIX_ARITY[fn] or not all(isinstance(a, str) for a in args):
             raise TypeError(f"{fn} takes {MATRIX_ARITY[fn]} tensor name{'s' if MATRIX_ARITY[fn] != 1 else ''}, not {args!r}")
         flags = tuple(bool(t) for t in transposed) if transposed is not None else (False,) * len(args)
         if len(flags) != len(args) or (any(flags) and fn != MATMUL):
             raise TypeError(f"{fn} takes no transposed argument flags {flags!r}")
-        return super().__new__(cls, fn, tuple(args), flags)
+        spec = tuple(tuple(ix) for ix in spec or ())
+        if (fn == CONTRACT) != bool(spec) or (spec and len(spec) != 3):
+            raise TypeError(f"{fn} needs an index spec (A's, B's, the result's) exactly when it is {CONTRACT}")
+        return super().__new__(cls, fn, tuple(args), flags, spec)
 
     @property
     def order(self) -> int:
-        """The order of the result: 2 (``inv``, ``adj``, ``matmul``) or 0 (``det``, ``logdet``)."""
-        return 2 if self.fn == MATMUL else MATRIX_FUNCTIONS[self.fn]
+        """The order of the result: 2 (``inv``, ``adj``, ``matmul``), 0 (``det``, ``logdet``), a contraction's own."""
+        return len(self.spec[2]) if self.spec else 2 if self.fn == MATMUL else MATRIX_FUNCTIONS[self.fn]
 
     @property
     def tensor(self) -> str:
@@ -307,8 +306,10 @@ class MatrixFn(Expr):
         return self.args[0]
 
 
-def format_matrix_call(fn: str, args: tuple[str, ...], transposed: tuple[bool, ...] = ()) -> str:
+def format_matrix_call(fn: str, args: tuple[str, ...], transposed: tuple[bool, ...] = (), spec: Any = ()) -> str:
     """``matmul(A, transpose(B))``: the call as L1 and L2 print it (an argument read transposed is wrapped)."""
+    if spec:
+        return format_contract(args, spec)
     flags = transposed or (False,) * len(args)
     return f"{fn}({', '.join(f'transpose({a})' if t else a for a, t in zip(args, flags))})"
 
@@ -692,7 +693,7 @@ def _leaf(e: Expr) -> str:
             return e.tensor
         return f"{e.tensor}[{', '.join(format_affine(i) for i in e.indices)}]"
     assert isinstance(e, MatrixFn)
-    return format_matrix_call(e.fn, e.args, e.transposed)
+    return format_matrix_call(e.fn, e.args, e.transposed, e.spec)
 
 
 def format_expr(e: Expr) -> str:

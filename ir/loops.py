@@ -137,12 +137,15 @@ class Extern:
     not by compiled code.  It is always the whole body of its kernel
     (:attr:`Kernel.extern`).  ``transposed`` flags the arguments ``matmul``
     reads transposed (``extern matmul(A, transpose(B)) -> C`` is ``A @ B.T``;
-    empty or all False otherwise), as in :class:`tcc.ir.expr.MatrixFn`."""
+    empty or all False otherwise), as in :class:`tcc.ir.expr.MatrixFn`.
+    ``spec`` is a ``contract``'s index tuples (``extern contract(A[z, a],
+    B[z, b]) -> C[a, b]``; :mod:`tcc.ir.contraction`), empty otherwise."""
 
     fn: str
     out: str
     args: tuple[str, ...]
     transposed: tuple[bool, ...] = ()
+    spec: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         # one canonical form: no flags when none is set, so equal externs compare equal
@@ -150,7 +153,8 @@ class Extern:
             object.__setattr__(self, "transposed", ())
 
     def __str__(self) -> str:
-        return f"extern {format_matrix_call(self.fn, self.args, self.transposed)} -> {self.out}"
+        out = f"{self.out}[{', '.join(self.spec[2])}]" if self.spec else self.out
+        return f"extern {format_matrix_call(self.fn, self.args, self.transposed, self.spec)} -> {out}"
 
 
 Stmt = Union[For, Let, Local, Store, Accumulate, If, Extern]

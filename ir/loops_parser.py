@@ -38,6 +38,7 @@ from typing import Iterator
 
 from tcc.ir.diagnostics import TccError
 
+from .contraction import CONTRACT, parse_contract_args, parse_index_names
 from .expr import MATRIX_ARITY, Expr
 from .index import Affine
 from .lexer import Token, tokenize
@@ -252,6 +253,8 @@ class LoopParser(Parser):
         ``-`` directly followed by ``>``)."""
         self.advance()  # 'extern'
         fn = self.advance().value
+        if fn == CONTRACT:  # extern contract(A[z, a], B[z, b]) -> C[a, b]
+            return self.extern_contract()
         self.expect("(")
         args: list[str] = []
         flags: list[bool] = []
@@ -267,13 +270,24 @@ class LoopParser(Parser):
                 break
             self.advance()
         self.expect(")")
+        self.arrow()
+        out = self.name("a buffer name").value
+        return Extern(fn, out, tuple(args), tuple(flags))
+
+    def extern_contract(self) -> Extern:
+        """The rest of ``extern contract(A[z, a], B[z, b]) -> C[a, b]``."""
+        args, spec = parse_contract_args(self)
+        self.arrow()
+        out = self.name("a buffer name").value
+        return Extern(CONTRACT, out, tuple(args), (), tuple(spec) + (tuple(parse_index_names(self)),))
+
+    def arrow(self) -> None:
+        """``->`` (the lexer has none: ``-`` directly followed by ``>``)."""
         minus, gt = self.peek(), self.peek(1)
         if not (minus.is_op("-") and gt.is_op(">") and gt.pos == minus.end):
             raise self.unexpected("'->'")
         self.advance()
         self.advance()
-        out = self.name("a buffer name").value
-        return Extern(fn, out, tuple(args), tuple(flags))
 
     def accumulate_op(self, k: int = 0) -> bool:
         """``+`` directly followed by ``=`` at lookahead ``k`` (the lexer has no ``+=``)."""

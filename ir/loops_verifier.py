@@ -57,6 +57,7 @@ from typing import Callable, Union
 
 from tcc.ir.diagnostics import TccError
 
+from .contraction import CONTRACT, contract_result
 from .expr import INDEX_VALUE, MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .loops import (
@@ -246,10 +247,17 @@ class _Verifier:
             arg = self.buffers.get(name)
             if arg is None:
                 raise self.error(f"undeclared buffer '{name}' in '{call}'")
-            if arg.rank != 2 and not (s.fn == MATMUL and arg.rank > 2):  # matmul also takes batches
+            if s.fn == CONTRACT:
+                if not s.spec or arg.rank != len(s.spec[len(args)]):
+                    raise self.error(f"'{call}': '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
+            elif arg.rank != 2 and not (s.fn == MATMUL and arg.rank > 2):  # matmul also takes batches
                 raise self.error(f"{s.fn} needs a matrix: '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
             args.append(arg)
-        if s.fn == MATMUL:
+        if s.fn == CONTRACT:
+            want, why = contract_result(s.spec, args[0].shape, args[1].shape)
+            if why is not None:
+                raise self.error(f"'{call}' is not a contraction: {why}")
+        elif s.fn == MATMUL:
             a, b = args
             # a buffer read transposed: the product's operand has its extents reversed
             ta, tb = s.transposed or (False, False)
@@ -282,7 +290,7 @@ class _Verifier:
         if tuple(out.shape) != tuple(want):
             have = " x ".join(format_affine(e) for e in out.shape) or "0-d"
             need = " x ".join(format_affine(e) for e in want) or "0-d"
-            raise self.error(f"'{s.out}' is {have}, but {format_matrix_call(s.fn, s.args, s.transposed)} is {need}")
+            raise self.error(f"'{s.out}' is {have}, but {format_matrix_call(s.fn, s.args, s.transposed, s.spec)} is {need}")
 
     def define_scalar(self, name: str, kind: str) -> None:
         if name in self.sizes:

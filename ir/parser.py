@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from .contraction import CONTRACT, parse_contract_args, parse_index_names
 from .diagnostics import Loc, SourceMap, TccError
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
@@ -318,11 +319,14 @@ class Parser(ConditionParser, FunctionDefinitions):
         """``B[i, j] = inv(A)[i, j]``, ``s = det(A)`` or ``C[i, j] = matmul(A, B)[i, j]``:
         the whole body, indices as on the left."""
         ftok = self.advance()
-        fn = ftok.value
-        self.expect("(")
-        atok = self.peek()
-        args, flags = [], []  # type: list[str], list[bool]
-        while True:
+        fn, atok = ftok.value, self.peek(1)
+        args, flags, spec = [], [], []  # type: list[str], list[bool], list[tuple[str, ...]]
+        if fn == CONTRACT:  # contract(A[z, a], B[z, b]): ir/contraction.py
+            args, spec = parse_contract_args(self)
+            flags = [False] * len(args)
+        else:
+            self.expect("(")
+        while fn != CONTRACT:
             flags.append(fn == MATMUL and self.peek().is_word("transpose") and self.peek(1).is_op("("))
             if flags[-1]:  # matmul(A, transpose(B)): B read transposed
                 self.advance()
@@ -331,25 +335,18 @@ class Parser(ConditionParser, FunctionDefinitions):
             if flags[-1]:
                 self.expect(")")
             if not self.peek().is_op(","):
+                self.expect(")")
                 break
             self.advance()
-        ctok = self.peek()
-        self.expect(")")
-        call = format_matrix_call(fn, tuple(args), tuple(flags))
+        ctok = self.toks[self.i - 1]
+        spec = spec and spec + [tuple(indices)]
+        call = format_matrix_call(fn, tuple(args), tuple(flags), spec)
         if len(args) != MATRIX_ARITY[fn]:
             want = "two matrices: matmul(A, B)" if fn == MATMUL else f"one matrix: {fn}(A)"
             raise self.error(f"{fn} takes {want} (here: {call})", ctok)
-        node = MatrixFn(fn, *args, transposed=tuple(flags))
+        node = MatrixFn(fn, *args, transposed=tuple(flags), spec=spec)
         self.record(node, atok)
-        given: list[str] = []
-        if self.peek().is_op("["):
-            self.advance()
-            while True:
-                given.append(self.name("an index name").value)
-                if not self.peek().is_op(","):
-                    break
-                self.advance()
-            self.expect("]")
+        given = parse_index_names(self) if self.peek().is_op("[") else []
         order = node.order
         # C[b, i, j] = matmul(A, B)[b, i, j]: a batch of products has more indices
         if (len(indices) != order and not (fn == MATMUL and len(indices) > 2)) or given != indices:

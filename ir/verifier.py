@@ -11,6 +11,7 @@ from __future__ import annotations
 from .diagnostics import TccError
 
 from .bounds import prove_in_bounds
+from .contraction import CONTRACT, contract_result
 from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine
 from .program import Definition, Loc, Program
@@ -94,7 +95,7 @@ class _Verifier:
         body = d.body
         assert isinstance(body, MatrixFn)
         fn = body.fn
-        call = format_matrix_call(fn, body.args, body.transposed)
+        call = format_matrix_call(fn, body.args, body.transposed, body.spec)
         loc = self.p.loc_of(body) or d.loc
         order = body.order
         if len(d.indices) != order and not (fn == MATMUL and len(d.indices) > order):  # a batch of products
@@ -216,6 +217,7 @@ def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None
     assert isinstance(body, MatrixFn)
     fn = body.fn
     loc = program.loc_of(body) or d.loc
+    call = format_matrix_call(fn, body.args, body.transposed, body.spec)
     exts: list[tuple[Affine, ...] | None] = []
     for name in body.args:
         ext = program.extents_of(name)
@@ -224,14 +226,21 @@ def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None
             rank = len(other.indices) if other is not None else 0
         else:
             rank = len(ext)
-        if rank != 2 and not (fn == MATMUL and rank > 2):  # matmul also takes batches of matrices
+        if fn == CONTRACT:
+            if rank != len(body.spec[len(exts)]):
+                raise TccError(f"{call}: '{name}' has {rank} dimensions", loc, program.source)
+        elif rank != 2 and not (fn == MATMUL and rank > 2):  # matmul also takes batches of matrices
             dims = f"{rank} dimension{'s' if rank != 1 else ''}"
             raise TccError(f"{fn} needs a matrix (2 dimensions): '{name}' has {dims}", loc, program.source)
         exts.append(ext)
     if any(ext is None for ext in exts):
         return None
-    call = format_matrix_call(fn, body.args, body.transposed)
-    if fn == MATMUL:
+    if fn == CONTRACT:
+        result, why = contract_result(body.spec, exts[0] or (), exts[1] or ())
+        if why is not None or body.spec[2] != d.indices:
+            raise TccError(f"{call} is not a contraction with result {d.name}[{', '.join(d.indices)}]: "
+                           f"{why or 'the indices differ'}", loc, program.source)
+    elif fn == MATMUL:
         (a, b), (ea, eb) = body.args, exts
         assert ea is not None and eb is not None
         batch = _matmul_batch(a, b, tuple(ea), tuple(eb), loc, program)

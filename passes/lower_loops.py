@@ -311,7 +311,7 @@ def lower_definition(d: Definition, taken: set[str], sizes: set[str]) -> list[Ke
     if d.extents is None:
         raise TccError(f"cannot lower '{d.name}': its extents are unknown (run infer-ranges first)")
     if isinstance(d.body, MatrixFn):
-        return [Kernel(d.name, (Extern(d.body.fn, d.name, d.body.args, d.body.transposed),))]
+        return [Kernel(d.name, (Extern(d.body.fn, d.name, d.body.args, d.body.transposed, d.body.spec),))]
     idx = [Affine.var(v) for v in d.indices]
     loops = [_LoopSpec(v, (ZERO,), (e - 1,)) for v, e in zip(d.indices, d.extents)]
     conds, body = _zero_guards(d.body)

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.interpreter import _BINARY, _COMPARE, _UNARY, matrix_function
+from tcc.interpreter import _BINARY, _COMPARE, _UNARY, einsum_contract, matrix_function
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, Expr, Select, Unary, Where
 from tcc.ir.loops import Accumulate, Extern, For, If, Let, Local, LoopProgram, Stmt, Store
 
@@ -239,6 +239,9 @@ def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:
                     raise AssertionError(f"{s} reads elements of '{name}' that no kernel wrote")
                 run.counts["loads"] += arg.size
             flags = s.transposed or (False,) * len(args)
+            if s.spec:  # contract(A[...], B[...]): the interpreter's einsum
+                run.buffers[s.out][...] = einsum_contract(s.spec, *args)
+                return
             run.buffers[s.out][...] = matrix_function(s.fn, *(np.swapaxes(a, -1, -2) if t else a for a, t in zip(args, flags)))
         else:  # pragma: no cover
             raise TypeError(s)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from tcc.ir.contraction_sum import expand_contractions
 from tcc.ir.diagnostics import TccError
 from tcc.ir.user_functions import Call
 from tcc.passes.autodiff.reverse import _argmax_share
@@ -95,7 +96,7 @@ def differentiate_forward(program: Program, of: str, wrt: Sequence[str], delta: 
     Jacobian of ``of`` with respect to each ``x`` (``dx``, ``of``'s indices first).
     """
     try:
-        return _Forward(program, of, tuple(wrt), delta).run()
+        return _Forward(expand_contractions(program), of, tuple(wrt), delta).run()  # contract: its sum
     except TccError as exc:
         raise exc.located(None, program.source)
 

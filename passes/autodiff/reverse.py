@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tcc.ir.contraction_sum import expand_contractions
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import (
     ONE,
@@ -291,7 +292,7 @@ def matmul_term(h: Definition, seed: Expr, beta: Sequence[str], at: Sequence[str
 def differentiate(program: Program, of: str, wrt: Sequence[str], delta: bool = False) -> Program:
     """Reverse mode; ``delta`` seeds with Kronecker deltas: the full Jacobian, f's indices first."""
     try:
-        return _Reverse(program, of, tuple(wrt), delta).run()
+        return _Reverse(expand_contractions(program), of, tuple(wrt), delta).run()  # contract: its sum
     except TccError as exc:
         raise exc.located(None, program.source)
 

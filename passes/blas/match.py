@@ -1,132 +1,7 @@
-"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V; issue 13).
-
-A definition
-
-    D[a, b] = sum[z: 0..N - 1](F)
-
-whose summand ``F`` is a product of factors that each depend on ``a`` and
-``z`` only ("left") or on ``z`` and ``b`` only ("right") is the matrix product
-``L @ R`` with ``L[a, z]`` the product of the left factors and ``R[z, b]`` that
-of the right ones.  The pass rewrites it to
-
-    L[a, z] = <left factors>              # a new local, unless it is exactly P[a, z]
-    R[z, b] = <right factors>             # likewise Q[z, b]
-    D[a, b] = matmul(L, R)[a, b]
-
-and ``lower-loops`` makes the last line an external kernel that the runtime
-runs with NumPy's ``matmul`` (BLAS), while ``L`` and ``R`` are element-wise
-kernels for the loop passes (``hoist``, ``fuse``, ``parallel``) like any other.
-The logistic-regression Hessian ends in such an n x n x m contraction; BLAS
-does it an order of magnitude faster than tcc's own loops.
-
-**What is matched.**
-
-* ``D`` has two indices (more: a batch, below) and known extents; its body is one ``sum``
-  over a range ``0..N - 1`` with ``N - 1`` over sizes only (not ``a``, ``b``)
-  and ``N >= 0`` provable (an empty range stays an empty sum), possibly inside
-  a product with factors that depend on ``a`` only, on ``b`` only or on no
-  index (``2 * sum[z](...)``, ``-sum[z](...)``, ``u[a] * sum[z](...)``): they
-  move into the sum as factors of the same kind.
-* The summand is split at ``*`` and negation, and at ``/`` only where the
-  quotient itself mixes ``a`` and ``b`` (``x / y`` becomes ``x`` and
-  ``1 / y``); each factor must depend on a subset of ``{a, z}`` or of
-  ``{z, b}``.  A factor on both ``a`` and ``b`` (or a ``+``, a function, a
-  ``where`` that mixes them) leaves the definition alone.
-* Factors on ``z`` alone or on no index go left -- unless the left side would
-  otherwise be a plain ``P[a, z]`` and the right side needs a definition of
-  its own anyway; then they go right and no copy of ``P`` is made.  A
-  negation goes with them.  Both sides must mention ``z``.
-* A side that is exactly ``P[a, z]`` (``Q[z, b]``) for a tensor whose extents
-  are the side's is used directly, and so is a transposed read ``P[z, a]``
-  (``Q[b, z]``) of a tensor with the reversed extents: it is the argument
-  ``transpose(P)``, which NumPy hands BLAS as stored with the transpose flag
-  (``sum[z](X[z, a] * X[z, b])`` is ``matmul(transpose(X), X)``, the dense
-  layer's ``X[a, z] * W[c, z]`` is ``matmul(X, transpose(W))``): no copy.
-  NumPy's ``matmul``, given one buffer twice with one of them transposed,
-  calls BLAS's ``syrk`` for such a Gram matrix: half the multiply-adds.
-  Any other side gets an element-wise definition of its own, stored the way
-  round most of its accesses read the two indices (``dY[z, c] * Y[z, c]``
-  on the side ``[c, z]`` is defined as ``S[z, c]`` and passed as
-  ``transpose(S)``: its kernel writes contiguously and shares a nest with
-  its neighbours); a side equal to one already outlined in the program (the
-  same body over the same extents, up to the names of its two indices) is
-  that definition again -- the dense layer's ``dX`` and ``dW`` products
-  read one ``dY * (1 - Y**2)``, once as stored and once transposed.
-* Tiny products are not worth a call: when every extent is a constant and
-  ``p * q * r < min-work`` (default 32768; times the batch extents for a
-  batch) the definition stays.  Symbolic extents count as large.
-
-**Batches of products.**  A definition ``D[h..., a, b]`` with more than two
-indices is a batch of products over its leading indices ``h...`` (the
-attention scores ``S[h, i, j] = sum[z](Q[h, i, z] * K[h, j, z])``): factors
-may also depend on the batch indices, and a factor on the batch only goes
-with the ``z``-only ones.  A side reads ``P[h..., a, z]`` (or transposed,
-``P[h..., z, a]``) as it is stored; a side on no batch index is one matrix
-for the whole batch (``sum[z](Q[h, i, z] * W[z, j])`` is ``matmul(Q, W)``);
-an outlined side has the batch indices first when one of its factors
-depends on them.  At least one side must vary along the batch.  The result
-is ``D[h..., a, b] = matmul(L, R)[h..., a, b]``, which NumPy runs as one
-``np.matmul`` of stacked matrices (a GEMM per member, transpose flags
-included).
-
-**The epilogue split.**  A definition that is not such a product as a
-whole but wraps contractions in element-wise work -- the dense layer
-``Y[a, c] = tanh(sum[z](X[a, z] * W[c, z]) + b[c])``, ``2 * sum[z](...) -
-D[a, b]``, a sum or product of several contractions -- is split: each
-``sum`` whose free indices are two or more of ``D``'s and which the rules
-above accept as the body of a definition ``D_mm[h..., x, y]`` (``D``'s
-extents; ``x``, ``y`` the last two of the sum's indices in ``D``'s order,
-else the first other pair that matches, the rest the batch in ``D``'s
-order; ``min-work`` included) becomes that definition and its ``matmul``,
-and ``D`` reads ``D_mm[h..., x, y]`` in its place:
-
-    Y_mm[a, c] = matmul(X, transpose(W))[a, c]
-    Y[a, c] = tanh(Y_mm[a, c] + b[c])          # the epilogue: element-wise
-
-Sums are tried outermost first; one that does not match is searched for
-matching sums inside it.  A sum inside one that binds an index of ``D`` is
-left alone, and so is a sum inside a ``where``: the loops compute it only
-where the guard holds (a Hessian's block diagonal), a product everywhere.  The same contraction written twice is one node and one
-product.  The epilogue is an ordinary element-wise definition for the loop
-passes (``fuse`` merges it with its neighbours, ``parallel`` marks it); it
-costs one extra write and read of ``D_mm``, small beside the
-``p * q * r`` multiply-adds that ``min-work`` asks for.
-
-**Matrix-vector products.**  In the epilogue split (so also for a whole
-body), a ``sum[z: 0..N - 1]`` whose free indices are exactly one index
-``x`` of ``D`` (and sizes) is a matrix-vector product when its summand's
-factors split into those on ``x`` (and ``z``), the matrix side, and those
-on ``z`` alone or on nothing, the vector side, each side mentioning ``z``
-(a divisor not on both is a factor of its own):
-
-    y[i] = sum[j](A[i, j] * x[j])             # g[j] = sum[i](x[i] * A[i, j]) alike
-    y_rhs[j, u] = x[j]                        # the vector as an N x 1 matrix (u: extent 1)
-    y_mm[i, u] = matmul(A, y_rhs)[i, u]       # matmul(transpose(A), g_rhs) for the column read
-    y[i] = y_mm[i, 0]
-
-The matrix side must be a plain read ``P[x, z]`` or ``P[z, x]`` (read in
-place; factors on ``x`` alone multiply the result instead): an outlined
-matrix would be written and read again, as much memory traffic as the
-loops' own pass over it, so such sums stay loops.  The vector side always gets its ``N x 1``
-definition (``N`` writes beside the ``p * N`` multiply-adds; equal ones
-are shared, as in the quadratic form's gradient ``(A + A^T) x``).  NumPy
-runs a matrix times an ``N x 1`` matrix, transposed or not, as one BLAS
-call, instead of a loop nest that strides through ``A`` for a column read.
-``min-work`` counts ``p * N``.  No other part of the compiler needs to know:
-the product is an ordinary ``matmul`` of two matrices.
-
-New definitions are named ``<D>_lhs`` / ``<D>_rhs`` / ``<D>_mm`` (made
-fresh), are ``local``, and are placed right before ``D``; the sum's variable becomes the
-inner index of both.  The rewritten program is again a program of the
-language: it prints, parses back and runs in the interpreter.
-
-The pass runs in the CPU pipeline right before ``lower-loops``; the GPU
-pipeline has no such external kernels (``target=cuda`` refuses ``matmul``).
-"""
+"""The matmul and matrix-vector matchers of ``blas`` (the rules are in the package docstring, passes/blas/__init__.py)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from tcc.ir.expr import (
     ONE,
@@ -148,9 +23,11 @@ from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program
-from tcc.passes.pass_base import Level, Pass, PassContext
 
-__all__ = ["Blas", "blas_program", "DEFAULT_MIN_WORK"]
+from .contract import COPY_COST, contraction
+from .reuse import reuse_outlined
+
+__all__ = ["DEFAULT_MIN_WORK", "Rewriter"]
 
 #: p * q * r below which a constant-size product stays a loop nest
 DEFAULT_MIN_WORK = 32768
@@ -221,16 +98,18 @@ def _product(factors: list[Expr], negated: bool) -> Expr:
     return Unary("neg", body) if negated else body
 
 
-class _Rewriter:
-    def __init__(self, program: Program, min_work: int) -> None:
+class Rewriter:
+    def __init__(self, program: Program, min_work: int, copy_cost: float = COPY_COST) -> None:
         self.program = program
         self.min_work = min_work
+        self.copy_cost = copy_cost
         self.sizes = set(program.sizes())
         self.facts = program_facts(self.sizes)
         self.taken = program.names_in_use()
         # outlined sides by (body over canonical index names, extents): an equal one is reused
         self.outlined: dict[tuple, str] = {}
         self.canon: tuple[Affine, ...] = ()
+        self.made: dict[str, tuple[Affine, ...]] = {}  # extents of the outlined sides (not in program)
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
@@ -253,7 +132,7 @@ class _Rewriter:
         if negated or len(factors) != 1 or not isinstance(factors[0], Access):
             return None
         acc = factors[0]
-        ext = self.program.extents_of(acc.tensor)
+        ext = self.program.extents_of(acc.tensor) or self.made.get(acc.tensor)
         if ext is None or first == second:
             return None
         pair = (Affine.var(first), Affine.var(second))
@@ -269,6 +148,7 @@ class _Rewriter:
         """``[d]`` unchanged, or the new definitions followed by ``d`` as a ``matmul`` or an epilogue."""
         if d.extents is None or isinstance(d.body, MatrixFn):
             return [d]
+        d = reuse_outlined(d, self.outlined, self.canon, self.sizes)  # db = sum[a](dX_lhs[a, c])
         if len(d.indices) >= 2:
             try:
                 return self.match(d)
@@ -323,10 +203,48 @@ class _Rewriter:
                 if found is not None:
                     mapping[e] = found
                     continue
+            if isinstance(e, Sum) and isinstance(e.body, Sum):  # x^T A x: sum[i](x[i] * sum[j](A[i, j] * x[j]))
+                found = self.nested_matvec(d, e, out)
+                if found is not None:
+                    mapping[e] = found
+                    continue
+            if isinstance(e, Sum) and not free - self.sizes - set(names):  # several contracted indices, ...
+                fn = contraction(tuple(names), tuple(extent[x] for x in names), e, self.program, self.sizes,
+                                 self.facts, self.min_work, self.copy_cost)
+                if fn is not None and e is d.body and tuple(names) == d.indices:
+                    return [d.with_body(fn)]  # the whole body: D itself is the contraction
+                if fn is not None:
+                    name = self.fresh(f"{d.name}_mm")
+                    out.append(Definition(name, tuple(names), fn, tuple(extent[x] for x in names), d.loc))
+                    mapping[e] = Access(name, tuple(Affine.var(x) for x in names))
+                    continue
             stack.extend(reversed(e.children()))
         if not mapping:
             return [d]
         return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
+
+    def nested_matvec(self, d: Definition, e: Sum, out: list[Definition]) -> Expr | None:
+        """``sum[i](sum[j](F))`` whose factors on ``j`` are a matrix-vector product over ``j`` (a plain
+        ``M[i, j]`` or ``M[j, i]`` times factors on ``j`` alone): that product becomes a
+        :meth:`matvec` and the outer sum reads it -- the quadratic form ``x^T A x`` is one BLAS
+        ``gemv`` and a dot product of length n, reading ``A`` once at BLAS speed (issue 13 item 4)."""
+        inner = e.body
+        assert isinstance(inner, Sum)
+        i, j = e.var, inner.var
+        if e.lo != (Affine.constant(0),) or len(e.hi) != 1 or not set(e.hi[0].names()) <= self.sizes:
+            return None
+        if any(i in b.names() for b in inner.lo + inner.hi):
+            return None
+        factors: list[Expr] = []
+        negated = _factors(inner.body, self.sizes, i, "", False, factors)
+        jpart = [f for f in factors if j in free_names(f)]
+        rest = [f for f in factors if j not in free_names(f)]
+        if not jpart or not any(i in free_names(f) for f in jpart):
+            return None
+        found = self.matvec(d, Sum(j, inner.lo, inner.hi, _product(jpart, False)), i, e.hi[0] + 1, out)
+        if found is None:
+            return None
+        return Sum(i, e.lo, e.hi, _product(rest + [found], negated))
 
     def matvec(self, d: Definition, s: Expr, x: str, p: Affine, out: list[Definition]) -> Expr | None:
         """A product of a matrix and a vector, ``sum[z](M[x, z] * v[z])`` (``M`` possibly read as
@@ -455,6 +373,7 @@ class _Rewriter:
         key = (substitute(body, {x: self.canonical(k) for k, x in enumerate(idx)}), extents)
         if key not in self.outlined:  # the gradients of X W^T read dY * (1 - Y^2) both ways round: one
             self.outlined[key] = self.fresh(f"{d.name}_{suffix}")
+            self.made[self.outlined[key]] = extents
             out.append(Definition(self.outlined[key], idx, body, extents, d.loc))
         return self.outlined[key], flip
 
@@ -465,25 +384,3 @@ def _orders(names: list[str]) -> list[tuple[str, ...]]:
     pairs = [(names[-2], names[-1])] + [
         (x, y) for x in names for y in names if x != y and (x, y) != (names[-2], names[-1])]
     return [tuple(n for n in names if n not in pair) + pair for pair in pairs]
-
-
-def blas_program(program: Program, min_work: int = DEFAULT_MIN_WORK) -> Program:
-    """Rewrite every matching definition (see the module docstring)."""
-    rw = _Rewriter(program, min_work)
-    return program.expand_definitions(rw.rewrite)
-
-
-@dataclass(frozen=True)
-class Blas(Pass):
-    """Definitions that are matrix products become ``matmul`` (an external BLAS kernel)."""
-
-    name = "blas"
-    level = Level.INDEX
-    summary = ("contractions D[a, b] = sum[z](left[a, z] * right[z, b]), alone or inside element-wise work, "
-               "become matmul(L, R) definitions, run by BLAS")
-
-    # p * q * r below which a product with constant extents keeps its loops
-    min_work: int = DEFAULT_MIN_WORK
-
-    def run(self, program: Program, ctx: PassContext) -> Program:
-        return blas_program(program, self.min_work)
