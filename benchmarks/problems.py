@@ -298,14 +298,12 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             flops=gc.flops.get("forward"))
 
     # -- forward + backward ---------------------------------------------
-    if recomputes:
-        def tcc_fb() -> Mapping[str, Any]:
-            return wrap(grad(**dev, **{seed_name: dseed}))
-    else:
-        def tcc_fb() -> Mapping[str, Any]:
-            out = fwd(**dev)
-            out.update(grad(**dev, **{seed_name: dseed}))
-            return wrap(out)
+    # one program for the value and the gradients (tcc.grad(value=True), as jax.value_and_grad),
+    # which is what a training step runs: it shares the value's intermediates with the gradients
+    value_grad = ctx.tcc_compile(f"{gc.case}: value and gradients", tcc.grad(program, of=gc.of, wrt=names, value=True))
+
+    def tcc_fb() -> Mapping[str, Any]:
+        return wrap(value_grad(**dev, **{seed_name: dseed}))
     cands = [H.Candidate("tcc", tcc_fb, check=False)]
     jbwd = None
     if tj is not None:
@@ -370,8 +368,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
             cands.append(unavailable("torch.compile", st))
             tbwd.append(unavailable("torch.compile", st))
     ctx.row(gc.case, FB, cands, ref_all,
-            note="tcc: the gradient program, which recomputes " + gc.of if recomputes
-            else "tcc: forward program + gradient program", flops=gc.flops.get(FB))
+            note="tcc: one program for the value and the gradients, tcc.grad(value=True)", flops=gc.flops.get(FB))
 
     # -- backward only --------------------------------------------------
     if recomputes:

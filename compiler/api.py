@@ -120,6 +120,7 @@ def grad(
     *,
     mode: str = "reverse",
     seed: str = "input",
+    value: bool = False,
 ) -> Any:
     """The derivative program of ``of`` with respect to each of ``wrt``.
 
@@ -130,12 +131,15 @@ def grad(
     product, ``mode="forward"`` the Jacobian-vector product (see
     :mod:`tcc.derivatives` for compiled Jacobians and Hessians).  Source in
     Lippmann's ``declare ... derivative wrt x`` form supplies ``of``/``wrt``.
+    ``value=True`` keeps ``of`` as the program's first output: one program
+    computes the value and the derivatives (``jax.value_and_grad``), sharing
+    the intermediates that a separate forward program would compute again.
     """
     from tcc.pipeline import derivative_pipeline, run_pipeline
 
     _check_program_arg(program_or_text, "grad")
     program, of, wrt = derivative_target(program_or_text, of, wrt)
-    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed, passes), instruments=instruments)
+    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed, passes, value=value), instruments=instruments)
 
 
 def transform(

@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("file", metavar="FILE", help="source file, or - for stdin")
     g.add_argument("--of", help="the definition to differentiate")
     g.add_argument("--wrt", help="comma-separated inputs to differentiate with respect to")
+    g.add_argument("--value", action="store_true", help="keep the differentiated definition as the first output")
     g.add_argument("-o", "--output", metavar="OUT", help="write the program to OUT instead of stdout")
     _add_pipeline_flags(g, default_passes=None)
 
@@ -350,7 +351,7 @@ def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
     program, of, wrt, lippmann = _target(session, args)
     if args.passes is None and (not of or not wrt):
         raise TccError("tcc grad needs --of and --wrt (or a --passes pipeline that names them)")
-    passes = derivative_pipeline(of, wrt, seed="delta" if lippmann else "input", passes=args.passes)
+    passes = derivative_pipeline(of, wrt, seed="delta" if lippmann else "input", passes=args.passes, value=args.value)
     result = _run_passes(session, args, program, passes)
     _write_text(str(result), args.output)
     return 0

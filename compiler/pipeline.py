@@ -230,6 +230,7 @@ def derivative_pipeline(
     passes: str | Sequence[Pass] | None = None,
     *,
     override: bool = False,
+    value: bool = False,
 ) -> list[Pass]:
     """The pipeline of one derivative: the one builder behind ``grad``, ``jacobian``, ``hessian``
     (both stages), ``jvp`` and ``check``, from the API and the command line alike.
@@ -243,7 +244,8 @@ def derivative_pipeline(
     left empty (a bare ``autodiff``): the user who wrote the pipeline chose
     what it computes.  With ``override`` the caller has chosen (a Jacobian, a
     Hessian's stage, a JVP), so every ``autodiff`` is told ``of``, ``wrt``,
-    ``mode`` and ``seed``.
+    ``mode`` and ``seed``.  ``value`` tells every ``autodiff`` to keep ``of``
+    as the first output (value and gradient in one program).
     """
     if isinstance(wrt, str):
         wrt = [w.strip() for w in wrt.split(",") if w.strip()]
@@ -251,15 +253,17 @@ def derivative_pipeline(
         pipeline = resolve_pipeline(passes)
         if override:
             return [
-                dataclasses.replace(p, of=of, wrt=tuple(wrt), mode=mode, seed=seed) if p.name == "autodiff" else p
+                dataclasses.replace(p, of=of, wrt=tuple(wrt), mode=mode, seed=seed, value=value or p.value)
+                if p.name == "autodiff" else p
                 for p in pipeline
             ]
-        return _fill_derivative_options(pipeline, of, wrt)
+        filled = _fill_derivative_options(pipeline, of, wrt)
+        return [dataclasses.replace(p, value=True) if value and p.name == "autodiff" else p for p in filled]
     spec = DEFAULT_FORWARD_PIPELINE if mode == "forward" else DEFAULT_GRAD_PIPELINE
     if seed == "delta" and mode == "reverse":
         spec = spec.replace("simplify,", "simplify,inline-guards,")
     default = parse_pipeline(spec.format(of=of, wrt=",".join(wrt)))
-    return [dataclasses.replace(p, mode=mode, seed=seed) if p.name == "autodiff" else p for p in default]
+    return [dataclasses.replace(p, mode=mode, seed=seed, value=value) if p.name == "autodiff" else p for p in default]
 
 
 def grad_pipeline(of: str, wrt: Sequence[str] | str, mode: str = "reverse", seed: str = "input") -> list[Pass]:

@@ -8,6 +8,7 @@ names ``tcc.passes.autodiff:AutoDiff``.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tcc.ir.diagnostics import TccError
@@ -35,8 +36,20 @@ class AutoDiff(Pass):
     #: ``input``: the seed is a new input; ``delta``: it is the Kronecker delta, so
     #: the result is the full Jacobian (seed 000, sec. 5.3), with f's indices first
     seed: str = "input"
+    #: keep ``of`` itself as an output (first), as ``jax.value_and_grad`` does: a
+    #: training step needs the value and the gradient, and one program that computes
+    #: both shares what they have in common (the value's intermediates, which the
+    #: gradient reads anyway) instead of running a forward program and a gradient
+    #: program that recomputes them
+    value: bool = False
 
     def run(self, program: Program, ctx: PassContext) -> Program:
+        result = self._differentiate(program)
+        if self.value:
+            result = dataclasses.replace(result, outputs=(self.of,) + tuple(o for o in result.outputs if o != self.of))
+        return result
+
+    def _differentiate(self, program: Program) -> Program:
         if self.mode not in ("reverse", "forward"):
             raise TccError(f"autodiff: mode must be 'reverse' or 'forward', not '{self.mode}'")
         if self.seed not in ("input", "delta"):
