@@ -17,9 +17,26 @@ from .printer import format_program
 
 @dataclass(frozen=True)
 class TensorDecl:
+    """An input.  ``bound`` is ``("<", v)`` or ``("<=", nnz)`` for an **index input**
+    (``index tok[n] < v``, issue 15): an integer array whose entries lie in
+    ``0..v - 1`` (``0..nnz``), which other reads may be indexed through.  The
+    runtime checks the bound on entry; the prover takes it as given."""
+
     name: str
     extents: tuple[Affine, ...]
     loc: Loc | None = field(default=None, compare=False)
+    bound: tuple[str, Affine] | None = None
+
+    @property
+    def is_index(self) -> bool:
+        return self.bound is not None
+
+    @property
+    def index_hi(self) -> Affine:
+        """The largest entry allowed (inclusive): ``v - 1`` for ``< v``, ``nnz`` for ``<= nnz``."""
+        assert self.bound is not None
+        op, b = self.bound
+        return b - 1 if op == "<" else b
 
 
 @dataclass(frozen=True)
@@ -96,6 +113,10 @@ class Program:
             return decl.extents
         d = self.definition(name)
         return None if d is None else d.extents
+
+    def index_inputs(self) -> tuple[TensorDecl, ...]:
+        """The ``index`` declarations (integer inputs), in declaration order."""
+        return tuple(d for d in self.inputs if d.is_index)
 
     def tensor_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.inputs) + tuple(d.name for d in self.definitions)
