@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .expr import Access
 from .index import Affine, Lookup, format_affine
 from .program import TensorDecl
 
@@ -75,9 +74,9 @@ class IndexDeclarations:
                              + ("" if hi is not None else "; an array read inside an index must be declared with "
                                 "'index' before it is read"), tok)
         self.advance()
-        indices = self.index_list()
-        self.record(Access(tok.value, indices), tok)  # where the read is, for out-of-bounds reports
-        return Affine.atom(Lookup(tok.value, indices, hi))
+        atom = Lookup(tok.value, self.index_list(), hi)
+        self.record(atom, tok)  # where the read is, for out-of-bounds reports (ir/bounds.py)
+        return Affine.atom(atom)
 
     def check_index_bounds(self, st: Any, sizes: set[str]) -> None:
         """Every name in an index array's bound is a size (bound from some input's shape)."""
