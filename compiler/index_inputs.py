@@ -1,0 +1,73 @@
+"""Run-time validation of index inputs (``index tok[n] < v``, issue 15).
+
+Compiled code reads ``emb[tok[i], j]`` without a bounds check: the prover
+showed it in bounds *given* the declared range of ``tok``'s entries, so that
+range is a promise the caller makes, and every call -- compiled or
+interpreted -- checks it on entry, before any kernel runs.  An array that
+bounds a sum (``sum[k: ptr[i]..ptr[i + 1] - 1]``) must also be
+nondecreasing along its last axis: out-of-order CSR row pointers would not
+read out of bounds (the prover does not need it), but they would silently
+drop non-zeros, so they are refused as the data error they are.
+
+Index inputs must hold integers (any NumPy integer dtype: int32 and int64
+alike, unsigned too; booleans and floats are refused); they are passed to
+compiled code as C-contiguous int64.  A violation is a
+:class:`~tcc.backends.target.CallError` naming the array, the position and
+the value.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from tcc.backends.target import CallError
+from tcc.ir.expr import RANGED, postorder
+from tcc.ir.index import format_affine, lookups
+from tcc.ir.program import Program, TensorDecl
+
+__all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs"]
+
+
+def sum_bound_arrays(program: Program) -> frozenset[str]:
+    """Index arrays read in a sum's (or max/min reduction's) bounds: the ones that must be monotone."""
+    out: set[str] = set()
+    for d in program.definitions:
+        for node in postorder(d.body):
+            if isinstance(node, RANGED):
+                out.update(lk.tensor for b in node.lo + node.hi for lk in lookups(b))
+    return frozenset(out)
+
+
+def _at(name: str, pos: tuple[int, ...]) -> str:
+    return f"{name}[{', '.join(str(p) for p in pos)}]"
+
+
+def check_index_input(decl: TensorDecl, value: Any, sizes: Mapping[str, int], monotone: bool) -> np.ndarray:
+    """``value`` as a C-contiguous int64 array, or a CallError saying which entry breaks the declaration."""
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise CallError(f"index input '{decl.name}' must be an integer array (int64 or int32), got dtype {arr.dtype}")
+    op, bound = decl.bound  # type: ignore[misc]
+    hi = int(decl.index_hi.evaluate(sizes))
+    text = f"{op} {format_affine(bound)}" + ("" if bound.is_constant else f" = {int(bound.evaluate(sizes))}")
+    bad = (arr < 0) | (arr > hi)
+    if bad.any():
+        pos = tuple(int(p) for p in np.argwhere(bad)[0])
+        raise CallError(f"index input '{decl.name}' has {_at(decl.name, pos)} = {int(arr[pos])}, outside its declared "
+                        f"range 0..{hi} ({decl.name} {text})")
+    out = np.ascontiguousarray(arr, dtype=np.int64)
+    if monotone and out.ndim and out.shape[-1] > 1:
+        down = out[..., 1:] < out[..., :-1]
+        if down.any():
+            pos = tuple(int(p) for p in np.argwhere(down)[0])
+            nxt = pos[:-1] + (pos[-1] + 1,)
+            raise CallError(f"index input '{decl.name}' bounds a sum, so it must be nondecreasing along its last "
+                            f"axis, but {_at(decl.name, pos)} = {int(out[pos])} > {_at(decl.name, nxt)} = {int(out[nxt])}")
+    return out
+
+
+def check_index_inputs(program: Program, arrays: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Every index input of ``program`` checked (:func:`check_index_input`), by name."""
+    monotone = sum_bound_arrays(program)
+    return {d.name: check_index_input(d, arrays[d.name], sizes, d.name in monotone) for d in program.index_inputs()}
