@@ -52,6 +52,7 @@ from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executabl
 from tcc.contraction_kernel import run_contract
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
+from tcc.index_inputs import check_index_inputs
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
@@ -468,6 +469,9 @@ class CompiledProgram:
             raise CallError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}")
         buffers: dict[str, np.ndarray] = {}
         for decl in self.program.inputs:
+            if decl.is_index:  # validated once the sizes are known (tcc.index_inputs)
+                buffers[decl.name] = _host_index_array(decl.name, arrays[decl.name])
+                continue
             buffers[decl.name] = self._check_input(decl.name, arrays[decl.name], decl)
         try:
             sizes = bind_sizes(self.program, buffers)
@@ -475,6 +479,7 @@ class CompiledProgram:
             raise
         except TccError as exc:  # a violated `assume` keeps its line: the CLI shows it
             raise CallError(exc.message, exc.loc, exc.source) from None
+        buffers.update(check_index_inputs(self.program, buffers, sizes))
         for b in self.loops.buffers:
             if b.role == "input":
                 continue
@@ -531,3 +536,16 @@ class CompiledProgram:
                 with call_scope():  # the parallel kernels share one Ctrl-C deferral
                     return self.executable.run(call)
             return self.executable.run(call)
+
+
+def _host_index_array(name: str, value: Any) -> np.ndarray:
+    """An index input as a NumPy array: its entries are validated on the host before any kernel runs,
+    so a device array is refused rather than copied back."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__cuda_array_interface__") or type(value).__module__.split(".")[0] in ("pycuda", "torch", "cupy"):
+        raise CallError(f"index input '{name}' must be a NumPy integer array: index inputs are validated on the host")
+    try:
+        return np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - ragged lists and the like
+        raise CallError(f"index input '{name}' must be a NumPy integer array ({exc})") from None

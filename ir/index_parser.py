@@ -41,29 +41,32 @@ class IndexDeclarations:
     def index_declarations(self, st: Any, _word: Any = None) -> None:
         """The declarations after ``index``: inputs like ``input``'s, each with its bound."""
         while True:
-            ntok = self.name("an index array name")
-            if ntok.value in st.declared:
-                raise self.error(f"'{ntok.value}' is already declared", ntok)
-            if ntok.value in st.defs:
-                raise self.error(f"'{ntok.value}' is already defined", ntok)
-            extents: tuple[Affine, ...] = self.index_list() if self.peek().is_op("[") else ()
-            op = self.peek()
-            if not op.is_op("<", "<="):
-                raise self.unexpected(f"'<' or '<=' and the bound of index array '{ntok.value}'", op)
-            self.advance()
-            btok = self.peek()
-            bound = self.index()
-            if any(not isinstance(a, str) for a in bound.atoms()):
-                raise self.error(f"the bound of index array '{ntok.value}' must be affine in sizes", btok)
-            decl = TensorDecl(ntok.value, extents, ntok.loc, (op.value, bound))
+            ntok, decl = self.index_declaration(set(st.declared) | set(st.defs))
             st.declared[ntok.value] = ntok
             st.inputs.append(decl)
-            st.shapes[ntok.value] = extents
-            self.size_names.update(n for e in extents for n in e.names())
-            self.index_arrays[ntok.value] = (decl.index_hi, decl, btok)
+            st.shapes[ntok.value] = decl.extents
             if not self.peek().is_op(","):
                 break
             self.advance()
+
+    def index_declaration(self, taken: "set[str]") -> tuple[Any, TensorDecl]:
+        """One ``NAME[extents] < BOUND`` (``<=``), remembered so that later index expressions may read it."""
+        ntok = self.name("an index array name")
+        if ntok.value in taken:
+            raise self.error(f"'{ntok.value}' is already declared", ntok)
+        extents: tuple[Affine, ...] = self.index_list() if self.peek().is_op("[") else ()
+        op = self.peek()
+        if not op.is_op("<", "<="):
+            raise self.unexpected(f"'<' or '<=' and the bound of index array '{ntok.value}'", op)
+        self.advance()
+        btok = self.peek()
+        bound = self.index()
+        if any(not isinstance(a, str) for a in bound.atoms()):
+            raise self.error(f"the bound of index array '{ntok.value}' must be affine in sizes", btok)
+        decl = TensorDecl(ntok.value, extents, ntok.loc, (op.value, bound))
+        self.size_names.update(n for e in extents for n in e.names())
+        self.index_arrays[ntok.value] = (decl.index_hi, decl, btok)
+        return ntok, decl
 
     def lookup(self, tok: Any) -> Affine:
         """``tok[i]`` in an index expression: a :class:`Lookup` atom; any other read there is an error."""
