@@ -26,7 +26,7 @@ from tcc.ir.expr import RANGED, postorder
 from tcc.ir.index import format_affine, lookups
 from tcc.ir.program import Program, TensorDecl
 
-__all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs"]
+__all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs", "random_index_inputs"]
 
 
 def sum_bound_arrays(program: Program) -> frozenset[str]:
@@ -71,3 +71,16 @@ def check_index_inputs(program: Program, arrays: Mapping[str, Any], sizes: Mappi
     """Every index input of ``program`` checked (:func:`check_index_input`), by name."""
     monotone = sum_bound_arrays(program)
     return {d.name: check_index_input(d, arrays[d.name], sizes, d.name in monotone) for d in program.index_inputs()}
+
+
+def random_index_inputs(program: Program, sizes: Mapping[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Valid random entries for every index input (finite-difference checks, tests): uniform in the
+    declared range, sorted along the last axis where the array bounds a sum (a CSR row pointer)."""
+    monotone = sum_bound_arrays(program)
+    out: dict[str, np.ndarray] = {}
+    for d in program.index_inputs():
+        shape = tuple(int(e.evaluate(sizes)) for e in d.extents)
+        hi = int(d.index_hi.evaluate(sizes))
+        arr = rng.integers(0, hi + 1, size=shape, dtype=np.int64) if hi >= 0 else np.zeros(shape, np.int64)
+        out[d.name] = np.sort(arr, axis=-1) if d.name in monotone and arr.ndim else arr
+    return out
