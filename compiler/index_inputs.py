@@ -26,7 +26,8 @@ from tcc.ir.expr import RANGED, postorder
 from tcc.ir.index import format_affine, lookups
 from tcc.ir.program import Program, TensorDecl
 
-__all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs", "random_index_inputs"]
+__all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs", "random_index_inputs", "derive_index_arrays",
+           "inverse_index"]
 
 
 def sum_bound_arrays(program: Program) -> frozenset[str]:
@@ -68,9 +69,40 @@ def check_index_input(decl: TensorDecl, value: Any, sizes: Mapping[str, int], mo
 
 
 def check_index_inputs(program: Program, arrays: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Every index input of ``program`` checked (:func:`check_index_input`), by name."""
+    """Every index input of ``program`` checked (:func:`check_index_input`), by name, and the
+    index arrays the program derives from them (:func:`derive_index_arrays`) added."""
     monotone = sum_bound_arrays(program)
-    return {d.name: check_index_input(d, arrays[d.name], sizes, d.name in monotone) for d in program.index_inputs()}
+    out = {d.name: check_index_input(d, arrays[d.name], sizes, d.name in monotone) for d in program.index_inputs()}
+    return derive_index_arrays(program, out, sizes)
+
+
+def inverse_index(src: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr, perm)`` of a 1-D array with entries in ``0..h``: a counting sort, O(n + h) for the counts.
+
+    ``perm[ptr[w]..ptr[w + 1] - 1]`` are the positions holding ``w``, increasing.
+    """
+    counts = np.bincount(src, minlength=h + 1)[: h + 1] if src.size else np.zeros(h + 1, np.int64)
+    ptr = np.zeros(h + 2, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, np.argsort(src, kind="stable").astype(np.int64)
+
+
+def rows_of(ptr: np.ndarray, h: int) -> np.ndarray:
+    """``row[k]`` for ``k`` in ``0..h - 1``: the ``i`` with ``ptr[i] <= k < ptr[i + 1]``, or ``m`` (no row)."""
+    m = ptr.shape[0] - 1
+    row = np.searchsorted(ptr, np.arange(h, dtype=np.int64), side="right") - 1
+    return np.where((row >= 0) & (row < m), row, m).astype(np.int64)
+
+
+def derive_index_arrays(program: Program, arrays: dict[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """``arrays`` with every derived index array (``= inverse_ptr(tok)``, ...) computed, in declaration
+    order (one may derive from another), once per call: every kernel that needs one reads the same array."""
+    for d in program.derived_inputs():
+        fn, name = d.derived  # type: ignore[misc]
+        src = arrays[name]
+        h = int(program.input(name).index_hi.evaluate(sizes))  # type: ignore[union-attr]
+        arrays[d.name] = rows_of(src, h) if fn == "rows" else inverse_index(src, h)[fn == "inverse_perm"]
+    return arrays
 
 
 def random_index_inputs(program: Program, sizes: Mapping[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -376,7 +376,7 @@ class CompiledProgram:
         self.executable = executable
         self.dtype = np.dtype(dtype)
         self.threads = default_threads() if threads is None else threads
-        self.inputs: tuple[str, ...] = tuple(d.name for d in program.inputs)
+        self.inputs: tuple[str, ...] = tuple(d.name for d in program.caller_inputs())
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
@@ -468,7 +468,7 @@ class CompiledProgram:
         if missing:
             raise CallError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}")
         buffers: dict[str, np.ndarray] = {}
-        for decl in self.program.inputs:
+        for decl in self.program.caller_inputs():
             if decl.is_index:  # validated once the sizes are known (tcc.index_inputs)
                 buffers[decl.name] = _host_index_array(decl.name, arrays[decl.name])
                 continue

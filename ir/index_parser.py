@@ -1,7 +1,7 @@
 """Index inputs: the part of the recursive-descent parser that reads ``index`` lines and indirect reads (issue 15).
 
     stmt       := 'index' idecl (',' idecl)*
-    idecl      := NAME ('[' index (',' index)* ']')? ('<' | '<=') index
+    idecl      := NAME ('[' index (',' index)* ']')? ('<' | '<=') index ('=' DERIVED '(' NAME ')')?
     ifactor    := ... | NAME '[' index (',' index)* ']'      # NAME declared by 'index'
 
 ``index tok[n] < v`` declares an integer input whose entries lie in
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .index import Affine, Lookup, format_affine
-from .program import TensorDecl
+from .program import DERIVED_INDEX, TensorDecl
 
 __all__ = ["IndexDeclarations"]
 
@@ -28,6 +28,7 @@ class IndexDeclarations:
 
     # provided by the parser this is mixed into
     peek: Any
+    expect: Any
     advance: Any
     name: Any
     error: Any
@@ -63,10 +64,25 @@ class IndexDeclarations:
         bound = self.index()
         if any(not isinstance(a, str) for a in bound.atoms()):
             raise self.error(f"the bound of index array '{ntok.value}' must be affine in sizes", btok)
-        decl = TensorDecl(ntok.value, extents, ntok.loc, (op.value, bound))
+        derived = self.derivation() if self.peek().is_op("=") else None
+        decl = TensorDecl(ntok.value, extents, ntok.loc, (op.value, bound), derived)
         self.size_names.update(n for e in extents for n in e.names())
         self.index_arrays[ntok.value] = (decl.index_hi, decl, btok)
         return ntok, decl
+
+    def derivation(self) -> tuple[str, str]:
+        """``= inverse_ptr(tok)``: an index array the call computes from the earlier index array ``tok``."""
+        self.advance()
+        ftok = self.peek()
+        if ftok.kind != "NAME" or ftok.value not in DERIVED_INDEX:
+            raise self.unexpected(f"one of {', '.join(DERIVED_INDEX)}", ftok)
+        self.advance()
+        self.expect("(")
+        stok = self.name("an index array name")
+        if stok.value not in self.index_arrays:
+            raise self.error(f"'{stok.value}' is not an index array declared before this line", stok)
+        self.expect(")")
+        return ftok.value, stok.value
 
     def lookup(self, tok: Any) -> Affine:
         """``tok[i]`` in an index expression: a :class:`Lookup` atom; any other read there is an error."""

@@ -61,6 +61,7 @@ class Buffer:
     shape: tuple[Affine, ...]
     role: Role
     bound: "tuple[str, Affine] | None" = None
+    derived: "tuple[str, str] | None" = None  # `= inverse_ptr(tok)`: computed by the call (tcc.ir.program.DERIVED_INDEX)
 
     @property
     def rank(self) -> int:
@@ -203,7 +204,7 @@ class LoopProgram:
         # Canonical order: by role (ROLES), then as given.  The kernel ABI
         # passes buffers by position, and the printer lists them by role, so
         # this order is what makes print -> parse -> print the identity.
-        ordered = tuple(sorted(self.buffers, key=lambda b: (ROLES.index(b.role), b.bound is None)))
+        ordered = tuple(sorted(self.buffers, key=lambda b: (ROLES.index(b.role), b.bound is None, b.derived is not None)))
         object.__setattr__(self, "buffers", ordered)
         object.__setattr__(self, "kernels", tuple(self.kernels))
         object.__setattr__(self, "sizes", tuple(self.sizes))
@@ -338,9 +339,12 @@ def format_loop_program(program: LoopProgram) -> str:
     lines = ["# tcc loops"]
     if program.sizes:
         lines.append("sizes " + ", ".join(program.sizes))
-    index = [f"{_ref(b.name, b.shape)} {b.bound[0]} {format_affine(b.bound[1])}" for b in program.buffers if b.bound]
+    index = [f"{_ref(b.name, b.shape)} {b.bound[0]} {format_affine(b.bound[1])}" for b in program.buffers
+             if b.bound and not b.derived]
     if index:
         lines.append("index " + ", ".join(index))
+    lines += [f"index {_ref(b.name, b.shape)} {b.bound[0]} {format_affine(b.bound[1])} = {b.derived[0]}({b.derived[1]})"
+              for b in program.buffers if b.derived and b.bound]
     for role in ROLES:
         bufs = [_ref(b.name, b.shape) for b in program.buffers if b.role == role and not b.bound]
         if bufs:

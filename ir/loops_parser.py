@@ -145,7 +145,7 @@ class LoopParser(Parser):
                 self.advance()
                 while True:
                     ntok, decl = self.index_declaration({b.name for b in buffers})
-                    buffers.append(Buffer(decl.name, decl.extents, "input", decl.bound))
+                    buffers.append(Buffer(decl.name, decl.extents, "input", decl.bound, decl.derived))
                     self.note(buffers[-1], ntok)
                     if not self.peek().is_op(","):
                         break

@@ -30,13 +30,16 @@ def _input_lines(inputs) -> list[str]:  # noqa: ANN001 - TensorDecls
     for d in inputs:
         k = "index" if getattr(d, "bound", None) else "input"
         text = _decl(d.name, d.extents) + (f" {d.bound[0]} {format_affine(d.bound[1])}" if k == "index" else "")
-        if k != kind and run:
-            lines.append(f"{kind} " + ", ".join(run))
+        if getattr(d, "derived", None):  # `= inverse_ptr(tok)` ends its line
+            k = "derived"
+            text += f" = {d.derived[0]}({d.derived[1]})"
+        if (k != kind or k == "derived") and run:
+            lines.append(f"{'index' if kind == 'derived' else kind} " + ", ".join(run))
             run = []
         kind = k
         run.append(text)
     if run:
-        lines.append(f"{kind} " + ", ".join(run))
+        lines.append(f"{'index' if kind == 'derived' else kind} " + ", ".join(run))
     return lines
 
 

@@ -15,7 +15,7 @@ from .contraction import CONTRACT, contract_result
 from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine, lookups
 from .index_range import cond_affines
-from .program import Definition, Loc, Program
+from .program import Definition, Loc, Program, TensorDecl, derived_shape
 
 
 def verify(program: Program, bounds: bool = True) -> None:
@@ -48,6 +48,8 @@ class _Verifier:
         for decl in p.inputs:
             if decl.name in seen:
                 raise self.error(f"'{decl.name}' is already declared", decl.loc)
+            if decl.is_derived:
+                self.derived(decl, seen)
             if decl.name in self.sizes:
                 raise self.error(f"'{decl.name}' is used both as a size and as a tensor name", decl.loc)
             seen[decl.name] = "input"
@@ -161,6 +163,18 @@ class _Verifier:
                 for c in node.constraints:
                     self.names(c.names(), inner, loc, "constraints of sum")
             stack.extend((c, inner) for c in reversed(node.children()))
+
+    def derived(self, decl: TensorDecl, earlier: dict[str, str]) -> None:
+        """``index P[v + 1] <= n = inverse_ptr(tok)``: of an earlier 1-D index array, with the shape it gives."""
+        fn, name = decl.derived  # type: ignore[misc]
+        src = self.p.input(name)
+        if src is None or not src.is_index or name not in earlier or len(src.extents) != 1:
+            raise self.error(f"{fn}({name}) needs a one-dimensional index array '{name}' declared before "
+                             f"'{decl.name}'", decl.loc)
+        extents, bound = derived_shape(fn, src)
+        if extents != decl.extents or bound != decl.bound:
+            want = f"{decl.name}[{', '.join(format_affine(e) for e in extents)}] {bound[0]} {format_affine(bound[1])}"
+            raise self.error(f"'{decl.name}' = {fn}({name}) must be declared as {want}", decl.loc)
 
     def lookups(self, affines: "tuple[Affine, ...] | list[Affine]", loc: Loc | None) -> None:
         """Each read inside an index (``tok[i]``) is of an index input, with its rank and declared bound."""

@@ -339,7 +339,7 @@ def lower_program(program: Program) -> LoopProgram:
     results = set(program.results())
     # index inputs first: L2 prints them on an `index` line before the `input` line, and parses them back in that order
     ordered = sorted(program.inputs, key=lambda i: not i.is_index)
-    buffers: list[Buffer] = [Buffer(i.name, i.extents, "input", i.bound) for i in ordered]
+    buffers: list[Buffer] = [Buffer(i.name, i.extents, "input", i.bound, i.derived) for i in ordered]
     kernels: list[Kernel] = []
     for d in program.definitions:
         if d.extents is None:
