@@ -207,7 +207,7 @@ def _meet_assumptions(src: Any, bound: dict[str, int], given: set[str]) -> dict[
 def _seed_and_gradients(src: Any, deriv: Any, wrt: Sequence[str]) -> tuple[Any, list[str]]:
     """The seed (the one input of the derivative program the source lacks) and the gradients,
     one per wrt tensor: a pipeline given by the user may produce something else."""
-    new_inputs = [d for d in deriv.inputs if src.input(d.name) is None]
+    new_inputs = [d for d in deriv.caller_inputs() if src.input(d.name) is None]
     if len(new_inputs) != 1:
         raise TccError(
             "cannot find the seed input of the derivative program: new inputs "

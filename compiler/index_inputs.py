@@ -31,8 +31,9 @@ __all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs", "rando
 
 
 def sum_bound_arrays(program: Program) -> frozenset[str]:
-    """Index arrays read in a sum's (or max/min reduction's) bounds: the ones that must be monotone."""
-    out: set[str] = set()
+    """Index arrays read in a sum's (or max/min reduction's) bounds, or whose ``rows(...)`` the program
+    derives: the ones that must be monotone (row pointers)."""
+    out: set[str] = {d.derived[1] for d in program.derived_inputs() if d.derived[0] == "rows"}  # type: ignore[index]
     for d in program.definitions:
         for node in postorder(d.body):
             if isinstance(node, RANGED):
