@@ -38,8 +38,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tcc.ir.expr import ZERO, Binary, Expr, Sum, Where, fresh_name, is_zero, transform
-from tcc.ir.index import Affine, Compare, Cond, Lookup, conjuncts, make_and
+from typing import Callable
+
+from tcc.ir.expr import ZERO, Access, Binary, Expr, Sum, Where, fresh_name, is_zero, transform
+from tcc.ir.index import Affine, Compare, Cond, Lookup, Not, conjuncts, make_and
 from tcc.ir.program import Program, TensorDecl, derived_shape
 from tcc.ir.substitution import substitute
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -102,7 +104,7 @@ class _Inverter:
         if decl is None:
             name = fresh_name(f"{src}_{_SUFFIX[fn]}", self.taken)
             self.taken.add(name)
-            extents, bound = derived_shape(fn, self.program.input(src))  # type: ignore[arg-type]
+            extents, bound = derived_shape(fn, self.decl(src))  # type: ignore[arg-type]
             decl = self.decls[(fn, src)] = TensorDecl(name, extents, None, bound, (fn, src))
             self.new.append(decl)
         return decl
@@ -111,10 +113,6 @@ class _Inverter:
         decl = self.array(fn, src)
         return Affine.atom(Lookup(decl.name, (at,), decl.index_hi))
 
-    def one_dim_index(self, name: str) -> TensorDecl | None:
-        decl = self.program.input(name)
-        return decl if decl is not None and decl.is_index and len(decl.extents) == 1 else None
-
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
         self.taken.add(name)
@@ -122,12 +120,45 @@ class _Inverter:
 
     # -- the rewrites ----------------------------------------------------------
     def rewrite(self, node: Expr) -> Expr:
+        if isinstance(node, Where):  # only in conditions: a read keeps t[...], whose bound proves it in bounds
+            node = map_affines(node, self.sorted_entry)
         if not isinstance(node, Sum) or not node.has_range:
             return node
         out = self.rows_flattened(node) or self.row_of_element(node) or self.row_inside(node) or self.bucket(node)
         if out is None:
             return node
         return transform(out, self.rewrite) if out is not node else node
+
+    def sorted_entry(self, a: Affine) -> Affine:
+        """``t[inverse_perm(t)[x]]`` is ``rows(inverse_ptr(t))[x]``: the entry at the x-th position in
+        sorted order is the bucket x falls in.  A second derivative reads that, and as a row array it
+        has a bucket of its own that needs no further sort (:meth:`bucket`)."""
+        def atom(x: object) -> Affine:
+            if not isinstance(x, Lookup):
+                return Affine.atom(x) if not isinstance(x, str) else Affine.var(x)
+            inner = tuple(ix.map_atoms(atom) for ix in x.indices)
+            (only,) = inner if len(inner) == 1 else (None,)
+            if only is not None and len(only.terms) == 1 and not only.const and only.terms[0][1] == 1:
+                perm = only.terms[0][0]
+                if isinstance(perm, Lookup) and self.derived_from(perm.tensor) == ("inverse_perm", x.tensor):
+                    ptr = self.array("inverse_ptr", x.tensor)
+                    return self.read("rows", ptr.name, perm.indices[0])
+            return Affine.atom(Lookup(x.tensor, inner, x.hi))
+
+        return a.map_atoms(atom) if any(isinstance(t, Lookup) for t, _ in a.terms) else a
+
+    def decl(self, name: str) -> TensorDecl | None:
+        """An input of the program, or an index array this pass declared."""
+        return self.program.input(name) or next((d for d in self.new if d.name == name), None)
+
+    def derived_from(self, name: str) -> tuple[str, str] | None:
+        decl = self.decl(name)
+        return None if decl is None else decl.derived
+
+    def one_dim_index(self, name: str) -> TensorDecl | None:
+        """A one-dimensional index array of the program, or one this pass declared."""
+        decl = self.decl(name)
+        return decl if decl is not None and decl.is_index and len(decl.extents) == 1 else None
 
     def bucket(self, s: Sum) -> Expr | None:
         conds, core = guards(s.body)
@@ -144,6 +175,8 @@ class _Inverter:
                 if z in rest.names():
                     continue
                 target = rest * -coeff  # t[z] == target
+                if t.derived is not None and t.derived[0] == "rows":  # the positions in row `target` of P
+                    return self.row_bucket(s, t, target, [d for d in conds if d is not c], core)
                 p = self.fresh(f"{z}_p")
                 at = Affine.atom(Lookup(self.array("inverse_perm", t.name).name, (Affine.var(p),), t.extents[0] - 1))
                 keep = [d for d in conds if d is not c] + self.range_guards(Affine.var(z), s, t.extents[0] - 1)
@@ -152,6 +185,16 @@ class _Inverter:
                 inner = Sum(p, (lo,), (hi,), body)
                 return guarded([Compare(">=", target, Affine.constant(0)), Compare("<=", target, t.index_hi)], inner)
         return None
+
+    def row_bucket(self, s: Sum, t: TensorDecl, target: Affine, keep: list[Cond], core: Expr) -> Expr:
+        """``sum[z](where(rows(P)[z] == A, body, 0))`` is ``body`` summed over ``z`` in ``P[A]..P[A + 1] - 1``."""
+        src = self.decl(t.derived[1])  # type: ignore[index]
+        assert src is not None
+        lo = Affine.atom(Lookup(src.name, (target,), src.index_hi))
+        hi = Affine.atom(Lookup(src.name, (target + 1,), src.index_hi)) - 1
+        body = guarded(keep + self.range_guards(Affine.var(s.var), s, t.extents[0] - 1), core)
+        m = src.extents[0] - 1
+        return guarded([Compare(">=", target, Affine.constant(0)), Compare("<=", target, m - 1)], Sum(s.var, (lo,), (hi,), body))
 
     @staticmethod
     def range_guards(v: Affine, s: Sum, top: Affine) -> list[Cond]:
@@ -229,6 +272,28 @@ class _Inverter:
             body = substitute(guarded(conds + self.row_guards(Affine.var(i), s, ptr), _product(others)), {i: row})
             return Sum(k, (Affine.constant(0),), (ptr.index_hi - 1,), body)
         return None
+
+
+def map_affines(e: Expr, fn: Callable[[Affine], Affine]) -> Expr:
+    """The node with ``fn`` applied to its own index expressions (reads, where conditions, sum bounds)."""
+    if isinstance(e, Access) and e.indices:
+        new = tuple(fn(ix) for ix in e.indices)
+        return e if new == e.indices else Access(e.tensor, new)
+    if isinstance(e, Where):
+        cond = _map_cond(e.cond, fn)
+        return e if cond == e.cond else Where(cond, e.then, e.other)
+    if isinstance(e, Sum) and e.has_range:
+        lo, hi = tuple(fn(b) for b in e.lo), tuple(fn(b) for b in e.hi)
+        return e if (lo, hi) == (e.lo, e.hi) else Sum(e.var, lo, hi, e.body)
+    return e
+
+
+def _map_cond(c: Cond, fn: Callable[[Affine], Affine]) -> Cond:
+    if isinstance(c, Compare):
+        return Compare(c.op, fn(c.lhs), fn(c.rhs))
+    if isinstance(c, Not):
+        return Not(_map_cond(c.part, fn))
+    return type(c)(tuple(_map_cond(p, fn) for p in c.parts))  # type: ignore[attr-defined, call-arg]
 
 
 def invert(program: Program) -> Program:
