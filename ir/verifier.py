@@ -185,8 +185,9 @@ class _Verifier:
                     raise self.error(f"'{lk.tensor}' is read inside an index, but only arrays declared with "
                                      f"'index' can be (index {lk.tensor}[...] < BOUND)", loc)
                 if len(lk.indices) != len(decl.extents):
-                    raise self.error(f"index array '{lk.tensor}' has {len(decl.extents)} dimensions but {lk} "
-                                     f"gives {len(lk.indices)}", loc)
+                    rank = len(decl.extents)
+                    raise self.error(f"index array '{lk.tensor}' has {rank} dimension{'s' if rank != 1 else ''} "
+                                     f"but {lk} gives {len(lk.indices)}", loc)
                 if lk.hi != decl.index_hi:
                     raise self.error(f"{lk} carries the bound {lk.hi} but '{lk.tensor}' is declared with entries "
                                      f"up to {decl.index_hi}", loc)
