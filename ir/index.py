@@ -264,6 +264,12 @@ def lookups(a: Affine) -> tuple["Lookup", ...]:
     return tuple(out)
 
 
+def of_sizes(a: Affine, sizes: "set[str] | frozenset[str]") -> bool:
+    """``a`` is affine in ``sizes`` alone: no index names, and no read of an index array
+    (``ptr[0]`` names nothing, yet its value is data, not a size)."""
+    return set(a.names()) <= sizes and not lookups(a)
+
+
 def _atom_operand(a: Affine) -> str:
     s = format_affine(a)
     if len(a.terms) == 1 and a.const == 0 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], str):

@@ -15,14 +15,16 @@ import pytest
 import scipy.sparse as sp
 
 import tcc
-from compare import assert_matches_interpreter
+from compare import assert_matches_interpreter, random_inputs
 from tcc.backends import ptx as ptx_backend
 from tcc.build import compile_pipeline
 from tcc.driver import main
+from tcc.instruments import BaseInstrument
+from tcc.interpreter import evaluate
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
-from tcc.pipeline import run_pipeline
+from tcc.pipeline import grad_pipeline, run_pipeline
 from tcc.runtime import CallError
 
 EMB = "index tok[n] < v\ninput emb[v, d]\ny[i, j] = emb[tok[i], j]\n"
@@ -165,11 +167,13 @@ def test_loops_print_parse_back_and_refuse_indirect_writes() -> None:
         verify_loops(parse_loop_program(text.replace("val[k] * x[col[k]]", "val[k] * ptr[k]")))
 
 
-def test_blas_does_not_outline_an_indirect_read_as_a_matrix() -> None:
-    f = tcc.compile(PROGRAMS["gather_matmul"])
+@pytest.mark.parametrize("passes", [None, "infer-ranges,blas,lower-loops,parallel"])
+def test_blas_does_not_outline_an_indirect_read_as_a_matrix(passes: str | None) -> None:
+    f = tcc.compile(PROGRAMS["gather_matmul"], passes=passes)
     text = str(f.loops)
     # the gathered rows are copied out by compiled code; only then a matmul reads them
-    assert "emb[tok[i], j]" in text and "extern matmul(emb" not in text
+    assert "y_lhs[i, j] = emb[tok[i], j]" in text and "extern matmul(y_lhs, W) -> y" in text
+    assert_matches_interpreter(PROGRAMS["gather_matmul"], passes=passes)
 
 
 # ---------------------------------------------------------------------------
@@ -302,6 +306,34 @@ def test_second_derivatives_stay_gathers() -> None:
     assert not re.search(r"sum\[[a-z_0-9]+: 0\.\.n - 1\]", text)  # no scan over all positions
     h2 = tcc.grad(tcc.grad(CSR, of="y", wrt="val"), of="dval", wrt="x")
     assert "sum[dval_0_p: col_ptr[dx_0]..col_ptr[dx_0 + 1] - 1]" in str(h2)
+
+
+class _Collect(BaseInstrument):
+    def __init__(self) -> None:
+        self.states: list = []
+
+    def after_pass(self, pass_, index, program) -> None:  # noqa: ANN001
+        self.states.append((pass_.name, program))
+
+
+@pytest.mark.parametrize("src, wrt", [(EMB, ["emb"]), (CSR, ["val", "x"]), (PROGRAMS["bag"], ["emb"])])
+def test_every_pass_of_the_gradient_preserves_its_values(src: str, wrt: list) -> None:
+    """Each intermediate program (and its printed, re-parsed text) computes the same gradient."""
+    collect = _Collect()
+    run_pipeline(tcc.parse(src), grad_pipeline("y", wrt), instruments=[collect])
+    assert [n for n, _ in collect.states][-2:] == ["inverse-index", "cse"]
+    deriv0 = collect.states[1][1]
+    inputs = random_inputs(deriv0, {s: 4 for s in deriv0.sizes()}, seed=5)
+    reference = None
+    for name, state in collect.states[1:]:
+        for prog in (state, run_pipeline(tcc.parse(str(state)), "infer-ranges")):
+            values = evaluate(prog, inputs)
+            got = {"d" + x: values["d" + x] for x in wrt}
+            if reference is None:
+                reference = got
+                assert all(np.any(v != 0) for v in got.values())
+            for g, v in got.items():
+                np.testing.assert_allclose(v, reference[g], rtol=1e-13, atol=1e-13, err_msg=f"{g} after {name}")
 
 
 def test_one_inverse_index_serves_every_derivative() -> None:
