@@ -357,6 +357,22 @@ def test_forward_mode_reads_tangents_through_the_index() -> None:
     np.testing.assert_allclose(jvp(ptr=ptr, col=col, val=val, x=x, dval=dval, dx=dx), da @ x + a @ dx, rtol=1e-13)
 
 
+def test_jacobian_and_hessian() -> None:
+    rng = np.random.default_rng(4)
+    ptr, col, val = csr(3, 4, [2, 0, 3], rng)
+    x = rng.standard_normal(4)
+    jac = tcc.jacobian(CSR, of="y", wrt="x")
+    np.testing.assert_allclose(jac(ptr=ptr, col=col, val=val, x=x), sp.csr_matrix((val, col, ptr), shape=(3, 4)).toarray(),
+                               rtol=1e-14, atol=1e-14)
+    cube = "index tok[n] < v\ninput emb[v]\ny = sum[i](emb[tok[i]] ** 3)\n"
+    tok, emb = np.array([2, 0, 2, 1, 2]), rng.standard_normal(5)  # token 3 and 4 unused, 2 repeated
+    want = np.zeros((5, 5))
+    np.add.at(want, (tok, tok), 6 * emb[tok])
+    hess = tcc.hessian(cube, of="y", wrt="emb")
+    assert "= inverse_perm(tok)" in str(hess.program)
+    np.testing.assert_allclose(hess(tok=tok, emb=emb), want, rtol=1e-14)
+
+
 def test_index_inputs_are_not_differentiable() -> None:
     e = error_of(tcc.grad, EMB, of="y", wrt="tok")
     assert e.message == "'tok' is an index input: its entries are integers, and nothing is differentiated with respect to them"
