@@ -16,8 +16,9 @@ import scipy.sparse as sp
 
 import tcc
 from compare import assert_matches_interpreter, random_inputs
+from loop_eval import run_loops
 from tcc.backends import ptx as ptx_backend
-from tcc.build import compile_pipeline
+from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE, compile_pipeline
 from tcc.driver import main
 from tcc.instruments import BaseInstrument
 from tcc.interpreter import evaluate
@@ -152,6 +153,34 @@ def test_int32_index_arrays_are_accepted() -> None:
     f = tcc.compile(CSR)
     want = f(ptr=ptr, col=col, val=val, x=x)["y"]
     np.testing.assert_array_equal(f(ptr=ptr.astype(np.int32), col=col.astype(np.uint32), val=val, x=x)["y"], want)
+
+
+LOOP_PIPELINES = [
+    "lower-loops,interchange", "lower-loops,hoist,fuse", "lower-loops,parallel", "lower-loops,peel,reduce-in-place",
+    "lower-loops,fuse-rows,tile", "lower-loops,unroll-jam", "lower-loops,hoist,fuse,reuse-buffers,parallel",
+    DEFAULT_LOOP_PIPELINE.removeprefix("infer-ranges,"), DEFAULT_GPU_PIPELINE.removeprefix("infer-ranges,"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_loop_pass_on_programs_and_gradients(name: str) -> None:
+    """Each L2 pass keeps the values, and no parallel loop races (the L2 evaluator checks every run)."""
+    p = tcc.transform(PROGRAMS[name])
+    wrt = [d.name for d in p.inputs if not d.is_index]
+    programs = [p, tcc.grad(p, of=p.results()[0], wrt=wrt)]
+    for program in programs:
+        program = tcc.transform(program)
+        sizes = {s: 3 for s in program.sizes()}
+        inputs = random_inputs(program, sizes, seed=2)
+        want = evaluate(program, inputs)
+        for passes in LOOP_PIPELINES:
+            loops = run_pipeline(program, passes)
+            verify_loops(loops)
+            assert parse_loop_program(str(loops)) == loops
+            got = run_loops(loops, inputs)
+            assert set(want) <= set(got)  # and the sides that blas outlines
+            for k, v in want.items():
+                np.testing.assert_allclose(got[k], v, rtol=1e-12, atol=1e-12, err_msg=f"{k} after {passes}")
 
 
 def test_loops_print_parse_back_and_refuse_indirect_writes() -> None:
