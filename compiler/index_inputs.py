@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tcc.backends.target import CallError
+from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import RANGED, postorder
 from tcc.ir.index import format_affine, lookups
 from tcc.ir.program import Program, TensorDecl
@@ -114,6 +115,9 @@ def random_index_inputs(program: Program, sizes: Mapping[str, int], rng: np.rand
     for d in program.index_inputs():
         shape = tuple(int(e.evaluate(sizes)) for e in d.extents)
         hi = int(d.index_hi.evaluate(sizes))
-        arr = rng.integers(0, hi + 1, size=shape, dtype=np.int64) if hi >= 0 else np.zeros(shape, np.int64)
+        if hi < 0 and int(np.prod(shape)):
+            raise TccError(f"no valid entries for index input '{d.name}' at these sizes: it has {int(np.prod(shape))} "
+                           f"entries, which must lie in 0..{hi}")
+        arr = rng.integers(0, max(hi, 0) + 1, size=shape, dtype=np.int64)
         out[d.name] = np.sort(arr, axis=-1) if d.name in monotone and arr.ndim else arr
     return out

@@ -273,7 +273,7 @@ def test_gradient_of_an_embedding_is_a_gather_over_the_inverse_index() -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("tok, v", [([3, 0, 3, 1, 3], 6), ([], 3), ([0], 1), ([2, 2, 2], 4)])
+@pytest.mark.parametrize("tok, v", [([3, 0, 3, 1, 3], 6), ([], 3), ([], 0), ([0], 1), ([2, 2, 2], 4)])
 def test_embedding_gradient_against_add_at(tok: list, v: int, target: str) -> None:
     tok = np.array(tok, dtype=np.int64)
     rng = np.random.default_rng(len(tok))
@@ -315,8 +315,12 @@ def test_csr_gradient_with_uncovered_non_zeros() -> None:
 @pytest.mark.parametrize("target", ["reference", *TARGETS])
 def test_finite_differences_first_and_second_order(target: str) -> None:
     square = "index tok[n] < v\ninput emb[v, d]\ny[i, j] = emb[tok[i], j] ** 2 * emb[tok[i], 0]\n"
-    for src, wrt in ((EMB, "emb"), (CSR, "val,x"), (square, "emb"), (PROGRAMS["bag"], "emb"), (PROGRAMS["spmm"], "val,X")):
-        for sizes in (None, {"n": 1}):
+    positions = (None, {"n": 1}, {"n": 0})  # no tokens, one token
+    rows = (None, {"m": 0}, {"m": 1}, {"nnz": 0}, {"nnz": 1, "n": 1})  # no rows, one row, no non-zeros
+    cases = ((EMB, "emb", positions), (CSR, "val,x", rows), (square, "emb", positions),
+             (PROGRAMS["bag"], "emb", positions), (PROGRAMS["spmm"], "val,X", rows))
+    for src, wrt, edge_sizes in cases:
+        for sizes in edge_sizes:
             for r in tcc.check(src, "y", wrt, target=target, sizes=sizes):
                 assert r.ok, str(r)
     g = tcc.grad(square, of="y", wrt="emb")
@@ -400,6 +404,11 @@ def test_jacobian_and_hessian() -> None:
     hess = tcc.hessian(cube, of="y", wrt="emb")
     assert "= inverse_perm(tok)" in str(hess.program)
     np.testing.assert_allclose(hess(tok=tok, emb=emb), want, rtol=1e-14)
+
+
+def test_check_refuses_sizes_with_no_valid_index_values() -> None:
+    e = error_of(tcc.check, CSR, "y", "x", sizes={"n": 0})
+    assert e.message == "no valid entries for index input 'col' at these sizes: it has 4 entries, which must lie in 0..-1"
 
 
 def test_index_inputs_are_not_differentiable() -> None:
