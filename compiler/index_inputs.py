@@ -79,14 +79,16 @@ def check_index_inputs(program: Program, arrays: Mapping[str, Any], sizes: Mappi
 
 
 def inverse_index(src: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ptr, perm)`` of a 1-D array with entries in ``0..h``: a counting sort, O(n + h) for the counts.
+    """``(ptr, perm)`` of a 1-D array with entries in ``0..h``: counts and their prefix sums, O(n + h),
+    and the positions in stable order of their entries (O(n) for ``h`` below 2**16, else a merge sort).
 
     ``perm[ptr[w]..ptr[w + 1] - 1]`` are the positions holding ``w``, increasing.
     """
     counts = np.bincount(src, minlength=h + 1)[: h + 1] if src.size else np.zeros(h + 1, np.int64)
     ptr = np.zeros(h + 2, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return ptr, np.argsort(src, kind="stable").astype(np.int64)
+    keys = src.astype(np.uint16) if h < 1 << 16 else src  # NumPy's stable sort of 16-bit keys is a radix sort: O(n)
+    return ptr, np.argsort(keys, kind="stable").astype(np.int64)
 
 
 def rows_of(ptr: np.ndarray, h: int) -> np.ndarray:
