@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tcc.backends.counting_sort import place_stable
 from tcc.backends.target import CallError
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import RANGED, postorder
@@ -79,33 +80,47 @@ def check_index_inputs(program: Program, arrays: Mapping[str, Any], sizes: Mappi
 
 
 def inverse_index(src: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ptr, perm)`` of a 1-D array with entries in ``0..h``: counts and their prefix sums, O(n + h),
-    and the positions in stable order of their entries (O(n) for ``h`` below 2**16, else a merge sort).
+    """``(ptr, perm)`` of a validated 1-D array with entries in ``0..h``: a counting sort, O(n + h).
 
-    ``perm[ptr[w]..ptr[w + 1] - 1]`` are the positions holding ``w``, increasing.
+    ``ptr`` holds the counts' prefix sums (``bincount``, ``cumsum``);
+    ``perm[ptr[w]..ptr[w + 1] - 1]`` are the positions holding ``w``,
+    increasing, placed by a native loop (:func:`tcc.backends.counting_sort.place_stable`):
+    NumPy's stable argsort is O(n log n) above 16-bit keys and cost 20x the kernels it served.
     """
     counts = np.bincount(src, minlength=h + 1)[: h + 1] if src.size else np.zeros(h + 1, np.int64)
     ptr = np.zeros(h + 2, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    keys = src.astype(np.uint16) if h < 1 << 16 else src  # NumPy's stable sort of 16-bit keys is a radix sort: O(n)
-    return ptr, np.argsort(keys, kind="stable").astype(np.int64)
+    return ptr, place_stable(src, ptr[:-1])
 
 
 def rows_of(ptr: np.ndarray, h: int) -> np.ndarray:
-    """``row[k]`` for ``k`` in ``0..h - 1``: the ``i`` with ``ptr[i] <= k < ptr[i + 1]``, or ``m`` (no row)."""
+    """``row[k]`` for ``k`` in ``0..h - 1``: the ``i`` with ``ptr[i] <= k < ptr[i + 1]``, or ``m`` (no row).
+
+    ``ptr`` is nondecreasing (validated), so the rows are runs: one ``np.repeat``,
+    O(h + m), where a binary search per entry cost O(h log m).
+    """
     m = ptr.shape[0] - 1
-    row = np.searchsorted(ptr, np.arange(h, dtype=np.int64), side="right") - 1
-    return np.where((row >= 0) & (row < m), row, m).astype(np.int64)
+    row = np.full(h, m, dtype=np.int64)
+    if m > 0:
+        lo, hi = int(ptr[0]), int(ptr[m])
+        row[lo:hi] = np.repeat(np.arange(m, dtype=np.int64), np.diff(ptr))
+    return row
 
 
 def derive_index_arrays(program: Program, arrays: dict[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
     """``arrays`` with every derived index array (``= inverse_ptr(tok)``, ...) computed, in declaration
     order (one may derive from another), once per call: every kernel that needs one reads the same array."""
+    inverses: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # inverse_ptr and inverse_perm of one array: one sort
     for d in program.derived_inputs():
         fn, name = d.derived  # type: ignore[misc]
         src = arrays[name]
         h = int(program.input(name).index_hi.evaluate(sizes))  # type: ignore[union-attr]
-        arrays[d.name] = rows_of(src, h) if fn == "rows" else inverse_index(src, h)[fn == "inverse_perm"]
+        if fn == "rows":
+            arrays[d.name] = rows_of(src, h)
+            continue
+        if name not in inverses:
+            inverses[name] = inverse_index(src, h)
+        arrays[d.name] = inverses[name][fn == "inverse_perm"]
     return arrays
 
 

@@ -431,3 +431,23 @@ def test_derivative_ptx_has_no_atomics_and_assembles(dtype: str) -> None:
         assert "atom." not in text and "red." not in text
         assert re.search(r"ld\.global(\.nc)?\.[ub]64", text)  # the index arrays' i64 loads
         ptx_backend.ptxas(text, "sm_80")
+
+
+@pytest.mark.parametrize("n, h", [(0, 0), (0, 4), (1, 0), (7, 2), (3000, 70000), (50000, 300)])
+def test_inverse_index_is_the_stable_order_for_every_key_width(n: int, h: int) -> None:
+    """The native counting sort against NumPy's stable argsort and bincount, keys above 16 bits included."""
+    from tcc.index_inputs import inverse_index
+
+    src = np.random.default_rng(n + h).integers(0, h + 1, n)
+    ptr, perm = inverse_index(src, h)
+    np.testing.assert_array_equal(perm, np.argsort(src, kind="stable"))
+    np.testing.assert_array_equal(ptr, np.concatenate(([0], np.cumsum(np.bincount(src, minlength=h + 1)))))
+    assert perm.dtype == ptr.dtype == np.int64
+
+
+@pytest.mark.parametrize("ptr, h, want", [([2, 2, 5, 5, 9], 11, [4, 4, 1, 1, 1, 3, 3, 3, 3, 4, 4]),
+                                          ([0], 3, [0, 0, 0]), ([0, 0], 0, []), ([0, 3], 3, [0, 0, 0])])
+def test_rows_of_row_pointers_marks_entries_outside_every_row(ptr: list, h: int, want: list) -> None:
+    from tcc.index_inputs import rows_of
+
+    np.testing.assert_array_equal(rows_of(np.array(ptr, dtype=np.int64), h), want)
