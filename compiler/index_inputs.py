@@ -17,6 +17,7 @@ the value.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping
 
 import numpy as np
@@ -138,3 +139,50 @@ def random_index_inputs(program: Program, sizes: Mapping[str, int], rng: np.rand
         arr = rng.integers(0, max(hi, 0) + 1, size=shape, dtype=np.int64)
         out[d.name] = np.sort(arr, axis=-1) if d.name in monotone and arr.ndim else arr
     return out
+
+
+class IndexCache:
+    """The last call's validated and derived index arrays, reused by a call whose index inputs are equal.
+
+    Validation and the inverse indices cost O(n) per call -- at 10**6 entries
+    several times the gather kernels they serve -- while the index arrays of
+    many workloads do not change between calls (a sparse matrix's structure,
+    a graph's edges).  A compiled program keeps its own copy of the last
+    call's index inputs; a call whose index inputs are element-wise equal at
+    the same sizes reuses the validated arrays and the derived ones instead
+    of building them again.  Equality is checked in full (a strided sample
+    first, so that changed tokens fail fast): O(n) reads with no sort and
+    no scatter, and never a stale inverse.  The cost is one copy of the index
+    inputs per compiled program.
+    """
+
+    SAMPLE = 4096          # stride of the quick comparison before the full one
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[tuple[tuple[str, int], ...], dict[str, np.ndarray]] | None = None
+
+    def check(self, program: Program, arrays: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """:func:`check_index_inputs` of the call, or the last call's result when its index inputs are equal."""
+        names = [d.name for d in program.index_inputs()]
+        if not names:
+            return {}
+        key = tuple(sorted(sizes.items()))
+        with self._lock:
+            last = self._last
+        if last is not None and last[0] == key and all(_equal(arrays[n], last[1][n]) for n in names):
+            return dict(last[1])
+        out = check_index_inputs(program, arrays, sizes)
+        kept = {n: (a.copy() if n in names else a) for n, a in out.items()}  # the caller may change its arrays later
+        with self._lock:
+            self._last = (key, kept)
+        return dict(kept)
+
+
+def _equal(given: Any, kept: np.ndarray) -> bool:
+    arr = given if isinstance(given, np.ndarray) else np.asarray(given)
+    if arr.shape != kept.shape or arr.dtype.kind not in "iu":
+        return False
+    flat, flat_kept = arr.reshape(-1), kept.reshape(-1)
+    step = IndexCache.SAMPLE
+    return bool(np.array_equal(flat[::step], flat_kept[::step]) and np.array_equal(flat, flat_kept))

@@ -52,7 +52,7 @@ from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executabl
 from tcc.contraction_kernel import run_contract
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
-from tcc.index_inputs import check_index_inputs
+from tcc.index_inputs import IndexCache
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
@@ -380,6 +380,7 @@ class CompiledProgram:
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
+        self._index_cache = IndexCache()  # validated and derived index arrays, reused while the inputs are equal
         self._reorder: Any = None  # tcc.reorder.CallTimeOrder: other contraction orders, by the call's sizes
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
@@ -479,7 +480,7 @@ class CompiledProgram:
             raise
         except TccError as exc:  # a violated `assume` keeps its line: the CLI shows it
             raise CallError(exc.message, exc.loc, exc.source) from None
-        buffers.update(check_index_inputs(self.program, buffers, sizes))
+        buffers.update(self._index_cache.check(self.program, buffers, sizes))
         for b in self.loops.buffers:
             if b.role == "input":
                 continue

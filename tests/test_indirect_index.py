@@ -451,3 +451,35 @@ def test_rows_of_row_pointers_marks_entries_outside_every_row(ptr: list, h: int,
     from tcc.index_inputs import rows_of
 
     np.testing.assert_array_equal(rows_of(np.array(ptr, dtype=np.int64), h), want)
+
+
+def test_equal_index_inputs_reuse_the_inverse_index_and_changed_ones_rebuild_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled program reuses the last call's validated and derived index arrays only while the
+    index inputs are equal: an array changed in place, a different one, or other sizes rebuild them."""
+    import tcc.index_inputs as ii
+
+    built = []
+    real = ii.check_index_inputs
+    monkeypatch.setattr(ii, "check_index_inputs", lambda *a: built.append(1) or real(*a))
+    g = tcc.compile(tcc.grad(EMB, of="y", wrt="emb"))
+    rng = np.random.default_rng(9)
+    tok = rng.integers(0, 50, 20000)          # above the sampling stride: a change between samples is found
+    emb, dy = rng.standard_normal((50, 3)), rng.standard_normal((20000, 3))
+
+    def want(t: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(emb)
+        np.add.at(out, t, dy[: len(t)])
+        return out
+
+    for t, builds in [(tok, 1), (tok.copy(), 1), (tok.astype(np.int32), 1)]:
+        np.testing.assert_allclose(g(tok=t, emb=emb, dy=dy)["demb"], want(t), rtol=1e-13)
+        assert len(built) == builds
+    tok[1] = (tok[1] + 1) % 50                # in place, off the sampled positions
+    np.testing.assert_allclose(g(tok=tok, emb=emb, dy=dy)["demb"], want(tok), rtol=1e-13)
+    assert len(built) == 2
+    tok[1] = 50                                # now out of range: refused, never served from the cache
+    with pytest.raises(CallError, match=r"tok\[1\] = 50, outside its declared range 0..49"):
+        g(tok=tok, emb=emb, dy=dy)
+    short = tok[:7] % 50
+    np.testing.assert_allclose(g(tok=short, emb=emb, dy=dy[:7])["demb"], want(short), rtol=1e-13)
+    assert len(built) == 4
