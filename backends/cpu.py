@@ -29,6 +29,7 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from tcc.ir.loops import For, Kernel, LoopProgram, children
+from tcc.ir.index import lookups
 
 from .target import Call, Executable
 
@@ -66,6 +67,9 @@ PARALLEL_GRAIN = int(os.environ.get("TCC_PARALLEL_GRAIN", "32768"))
 def iterations(body: tuple[Any, ...], env: dict[str, int]) -> int:
     """How many innermost iterations ``body`` runs, estimated from its loop bounds at these sizes.
 
+    A loop whose bounds read an index input (``for k in ptr[i]..ptr[i + 1] - 1``) is
+    counted as one trip: its length is data, unknown here.
+
     A loop's trip count is evaluated with the loops around it at their
     first iteration (exact for rectangular nests, an estimate for
     triangular ones); a statement that is not a loop counts one.  It is the
@@ -73,7 +77,9 @@ def iterations(body: tuple[Any, ...], env: dict[str, int]) -> int:
     """
     total = 0
     for s in body:
-        if isinstance(s, For):
+        if isinstance(s, For) and any(lookups(a) for a in s.lo + s.hi):  # data-dependent (a CSR row): its body once
+            total += max(1, iterations(s.body, {**env, s.var: 0}))
+        elif isinstance(s, For):
             lo = max(int(a.evaluate(env)) for a in s.lo)
             n = min(int(a.evaluate(env)) for a in s.hi) - lo + 1
             if n > 0:

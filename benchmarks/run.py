@@ -33,6 +33,16 @@ where it has one (``benchmarks/families.py``):
 * ``layernorm``   -- layer normalisation of 512x1024 over the last axis with
                      gain and bias, gradients for X, g, b.
 
+The indirect-indexing workloads of issue 15 (``--case sparse`` runs all
+three; ``benchmarks/sparse.py``), the index arrays inputs of every framework:
+
+* ``embedding-bag`` -- 10 000 bags of 10**6 tokens in all over a 50 000 x 64
+                     table, summed; gradient for the table.
+* ``csr-spmv``    -- a 10**5 x 10**5 CSR matrix with 10**6 non-zeros times a
+                     vector; gradients for the values and the vector.
+* ``csr-spmv-x``  -- the same, gradient for the vector only (so that
+                     ``torch.sparse.mm`` can be differentiated).
+
 Before the first family the run measures the machine's matmul peak (NumPy,
 float64, 2048x2048, median of 7); the table gets a column with tcc's GFLOP/s
 on each contraction row (useful FLOPs, see ``families.py``, over its median)
@@ -70,10 +80,11 @@ sys.path.insert(0, str(HERE))
 import families as FAM  # noqa: E402
 import harness as H  # noqa: E402
 import problems as P  # noqa: E402
+import sparse as SP  # noqa: E402
 from problems import Peers, grad_case, jax_ready, unavailable  # noqa: E402
 
-CASES = ("urban", "correlation", "conv2d", "logistic", "compile") + FAM.FAMILIES
-GROUPS = {"families": FAM.FAMILIES}     # --case names that stand for several cases
+CASES = ("urban", "correlation", "conv2d", "logistic", "compile") + FAM.FAMILIES + SP.CASES
+GROUPS = {"families": FAM.FAMILIES, "sparse": SP.CASES}     # --case names that stand for several cases
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- results:begin (benchmarks/run.py --write) -->", "<!-- results:end -->"
 
@@ -351,6 +362,7 @@ def goals(ctx: Ctx) -> list[str]:
             lines.append(f"| {goal} | {ratio:.2f}x ({H.fmt_ms(r.cells['tcc'].median_ms)} vs "
                          f"{H.fmt_ms(r.cells['jax.jit'].median_ms)} ms) | {how} |")
     lines += family_goals(ctx, by)
+    lines += sparse_goals(by)
     comp = ctx.extra.get("compile")
     if comp:
         m = comp["median"]
@@ -387,6 +399,30 @@ def family_goals(ctx: Ctx, by: dict[tuple[str, str], H.Row]) -> list[str]:
             how = "met" if frac >= GOAL_PEAK else f"**not met**: needs {GOAL_PEAK / frac:.1f}x more"
             lines.append(f"| {case} forward+gradients: tcc >= {GOAL_PEAK:.0%} of the matmul peak | "
                          f"{rate:.1f} GFLOP/s, {frac:.0%} of {peak[2]:.0f} | {how} |")
+    return lines
+
+
+def sparse_goals(by: dict[tuple[str, str], H.Row]) -> list[str]:
+    """Issue 15's verdict: on the gradients (backward only, and forward + backward), tcc faster than
+    both jax.jit and torch."""
+    lines = []
+    for case in SP.CASES:
+        for what in (P.BO, P.FB):
+            r = by.get((case, what))
+            if r is None:
+                continue
+            goal = f"{case} {what}: tcc faster than jax.jit and torch"
+            peers = [(fw, r.cells[fw].median_ms) for fw in ("jax.jit", "torch")
+                     if fw in r.cells and r.cells[fw].median_ms is not None]
+            if not peers or r.cells["tcc"].median_ms is None:
+                lines.append(f"| {goal} | no measurement | — |")
+                continue
+            fw, ms = min(peers, key=lambda p: p[1])
+            ratio = ms / r.cells["tcc"].median_ms
+            how = (f"met (tcc {ratio:.2f}x faster than {fw})" if ratio > 1 and len(peers) == 2
+                   else f"**not met**: tcc takes {1 / ratio:.2f}x {fw}'s time" if ratio <= 1
+                   else "**not met**: a peer has no measurement")
+            lines.append(f"| {goal} | tcc {H.fmt_ms(r.cells['tcc'].median_ms)} ms, {fw} {H.fmt_ms(ms)} ms | {how} |")
     return lines
 
 
@@ -511,7 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         runners = {"urban": case_urban, "correlation": case_correlation, "conv2d": case_conv2d,
                    "logistic": case_logistic, "compile": case_compile}
-        runners.get(case, family_case(case))(ctx)
+        if case in SP.CASES:
+            grad_case(ctx, SP.case(case, ctx.quick, ctx.peers))
+            SP.new_index_arrays_row(ctx, case)
+        else:
+            runners.get(case, family_case(case))(ctx)
     wall = time.perf_counter() - t0
     ctx.extra["other_load"] = meter.stop()
     text = report(ctx, args, wall)

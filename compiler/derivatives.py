@@ -69,7 +69,7 @@ class Derivative:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return tuple(d.name for d in self.program.inputs)
+        return tuple(d.name for d in self.program.caller_inputs())
 
     def __str__(self) -> str:
         return str(self.program)

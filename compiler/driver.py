@@ -609,8 +609,9 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     if args.inputs is not None:
         declared = {d.name for d in program.inputs}
         loaded = _load_npz(args.inputs, declared)
-        arrays = {k: _input_array(k, v, args.inputs, args.dtype) for k, v in loaded.items()}
-    missing = [d.name for d in program.inputs if d.name not in arrays]
+        index = {d.name for d in program.inputs if d.is_index}  # integers as they are: validated by the call
+        arrays = {k: v if k in index else _input_array(k, v, args.inputs, args.dtype) for k, v in loaded.items()}
+    missing = [d.name for d in program.caller_inputs() if d.name not in arrays]
     if missing:
         where = f"'{args.inputs}'" if args.inputs is not None else "the inputs (no --inputs given)"
         raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} in {where}")

@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from tcc.index_inputs import random_index_inputs
 from tcc.ir.diagnostics import TccError
 from tcc.passes.infer_ranges import InferRanges
 from tcc.pipeline import derivative_pipeline, run_pipeline
@@ -128,7 +129,9 @@ def check_gradients(
     inputs: dict[str, Any] = {}
     for decl in src.inputs:
         shape = _shape(decl.extents, bound, f"input '{decl.name}'")
-        inputs[decl.name] = rng.uniform(low, high, size=shape).astype(np.float64)
+        if not decl.is_index:
+            inputs[decl.name] = rng.uniform(low, high, size=shape).astype(np.float64)
+    inputs.update(random_index_inputs(src, bound, rng))  # integers in their declared ranges, never perturbed
     seed_shape = _shape(seed_decl.extents, bound, f"seed input '{seed_decl.name}'")
     seed_arr = rng.uniform(low, high, size=seed_shape).astype(np.float64)
 
@@ -204,7 +207,7 @@ def _meet_assumptions(src: Any, bound: dict[str, int], given: set[str]) -> dict[
 def _seed_and_gradients(src: Any, deriv: Any, wrt: Sequence[str]) -> tuple[Any, list[str]]:
     """The seed (the one input of the derivative program the source lacks) and the gradients,
     one per wrt tensor: a pipeline given by the user may produce something else."""
-    new_inputs = [d for d in deriv.inputs if src.input(d.name) is None]
+    new_inputs = [d for d in deriv.caller_inputs() if src.input(d.name) is None]
     if len(new_inputs) != 1:
         raise TccError(
             "cannot find the seed input of the derivative program: new inputs "
@@ -240,7 +243,8 @@ def _runner(target: str, src: Any, deriv: Any) -> _Run:
         compiled = {id(src): build(src, target=target), id(deriv): build(deriv, target=target)}
 
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-            return compiled[id(program)](**{k: np.require(v, np.float64, "C") for k, v in arrays.items()})
+            return compiled[id(program)](**{k: v if v.dtype.kind == "i" else np.require(v, np.float64, "C")
+                                            for k, v in arrays.items()})  # index inputs stay integers
     else:
         raise TccError(f"unknown check target '{target}' (choose {', '.join(available_targets())} or reference)")
     return run

@@ -50,9 +50,10 @@ import numpy as np
 from tcc.ir.diagnostics import TccError
 from tcc.ir.user_functions import Call
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Reduce, Select, Const, CSum, Expr, MatrixFn, Step, Sum, Unary, Where, postorder, trampoline
-from tcc.ir.index import Affine, format_affine
+from tcc.ir.index import LOOKUP_ENV, Affine, format_affine
 from tcc.ir.program import Program
 
+from .index_inputs import check_index_inputs
 from .sizes import as_input_array, bind_sizes, check_index_range, check_index_ranges, cond_affines, extents_shape
 
 __all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
@@ -235,6 +236,7 @@ class _Evaluator:
         self.csums: dict[int, tuple[CSum, Expr]] = {}
         self.shared: set[int] = set()  # ids of nodes with several parents: the ones worth memoising
         self.checked: set[Affine] = set()  # index expressions whose int64 evaluation is known exact
+        self.lookups: dict[str, Callable[[list], np.ndarray]] = {}  # "#tok" -> reads of index input tok
 
     # -- dispatch -------------------------------------------------------
     # Evaluation steps are generators run by ``trampoline``: a step yields the
@@ -346,7 +348,7 @@ class _Evaluator:
             return int(np.broadcast_to(np.asarray(v), bad.shape)[pos])
 
         point = ", ".join(f"{k}={at(v)}" for k, v in sc.env.items() if isinstance(v, np.ndarray))
-        sizes = ", ".join(f"{k}={v}" for k, v in sc.env.items() if not isinstance(v, np.ndarray))
+        sizes = ", ".join(f"{k}={v}" for k, v in sc.env.items() if not isinstance(v, np.ndarray) and k[:1] != LOOKUP_ENV)
         indices = ", ".join(str(at(i)) for i in idx)
         text = f"{node.tensor}[{', '.join(format_affine(e) for e in node.indices)}]"
         raise RuntimeError(
@@ -432,7 +434,7 @@ class _Evaluator:
         first = shape[0] if m else 1
         for r0 in range(0, first, rows):
             r1 = min(first, r0 + rows)
-            env: dict[str, Any] = dict(sizes)
+            env: dict[str, Any] = {**sizes, **self.lookups}
             block = (r1 - r0,) + tuple(shape[1:]) if m else ()
             for axis, name in enumerate(names):
                 start = r0 if axis == 0 else 0
@@ -445,6 +447,23 @@ class _Evaluator:
             else:
                 out[()] = value
         return out
+
+
+def _reader(arr: np.ndarray) -> Callable[[list], np.ndarray]:
+    """Reads of a (validated) index input at broadcast positions, for :meth:`tcc.ir.index.Lookup.evaluate`.
+
+    Positions outside the array are clamped: only inactive lanes (a sum
+    axis past its point's range, an untaken where branch) compute them, and
+    the prover guarantees the active ones (the checks of ``access`` are for
+    value reads, whose positions may come from these entries).
+    """
+    def read(idx: list) -> np.ndarray:
+        idx = [np.asarray(i, dtype=np.int64) for i in idx]
+        if arr.size == 0:
+            return np.zeros(np.broadcast_shapes(*(i.shape for i in idx)), dtype=np.int64)
+        return arr[tuple(np.clip(i, 0, n - 1) for i, n in zip(idx, arr.shape))]
+
+    return read
 
 
 def _shared_nodes(root: Expr) -> set[int]:
@@ -495,8 +514,11 @@ def evaluate(
             raise TccError(f"definition '{d.name}' has no known extents; run infer-ranges first")
         _check_ranged(d.body, f"definition '{d.name}'")
     sizes = bind_sizes(program, inputs)
+    lookup_env = {LOOKUP_ENV + n: _reader(a) for n, a in check_index_inputs(program, inputs, sizes).items()}
     tensors: dict[str, np.ndarray] = {}
     for decl in program.inputs:
+        if decl.is_index:  # integers, read only inside indices (through lookup_env)
+            continue
         tensors[decl.name] = np.asarray(as_input_array(decl.name, inputs[decl.name]), dtype=dtype, order="C")
     results: dict[str, np.ndarray] = {}
     with np.errstate(all="ignore"):
@@ -524,6 +546,7 @@ def evaluate(
                 tensors[d.name] = value
                 continue
             ev = _Evaluator(tensors, dtype, max_block, f"definition '{d.name}'")
+            ev.lookups = lookup_env
             value = ev.grid(d.body, d.indices, shape, sizes)
             results[d.name] = value
             tensors[d.name] = value

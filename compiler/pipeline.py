@@ -29,7 +29,7 @@ from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.registry import get_pass_class
 
 DEFAULT_GRAD_PIPELINE = (
-    "infer-ranges,autodiff{{of={of} wrt={wrt}}},sum-liberation,index-solve,range-bound,simplify,cse"
+    "infer-ranges,autodiff{{of={of} wrt={wrt}}},sum-liberation,index-solve,range-bound,simplify,inverse-index,cse"
 )
 #: Forward mode reads its inputs at the same indices as the function: a gather
 #: by construction, with no constrained sums to solve.

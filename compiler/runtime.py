@@ -52,6 +52,7 @@ from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executabl
 from tcc.contraction_kernel import run_contract
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
+from tcc.index_inputs import IndexCache
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
@@ -375,10 +376,11 @@ class CompiledProgram:
         self.executable = executable
         self.dtype = np.dtype(dtype)
         self.threads = default_threads() if threads is None else threads
-        self.inputs: tuple[str, ...] = tuple(d.name for d in program.inputs)
+        self.inputs: tuple[str, ...] = tuple(d.name for d in program.caller_inputs())
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
+        self._index_cache = IndexCache()  # validated and derived index arrays, reused while the inputs are equal
         self._reorder: Any = None  # tcc.reorder.CallTimeOrder: other contraction orders, by the call's sizes
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
@@ -467,7 +469,10 @@ class CompiledProgram:
         if missing:
             raise CallError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}")
         buffers: dict[str, np.ndarray] = {}
-        for decl in self.program.inputs:
+        for decl in self.program.caller_inputs():
+            if decl.is_index:  # validated once the sizes are known (tcc.index_inputs)
+                buffers[decl.name] = _host_index_array(decl.name, arrays[decl.name])
+                continue
             buffers[decl.name] = self._check_input(decl.name, arrays[decl.name], decl)
         try:
             sizes = bind_sizes(self.program, buffers)
@@ -475,6 +480,7 @@ class CompiledProgram:
             raise
         except TccError as exc:  # a violated `assume` keeps its line: the CLI shows it
             raise CallError(exc.message, exc.loc, exc.source) from None
+        buffers.update(self._index_cache.check(self.program, buffers, sizes))
         for b in self.loops.buffers:
             if b.role == "input":
                 continue
@@ -531,3 +537,16 @@ class CompiledProgram:
                 with call_scope():  # the parallel kernels share one Ctrl-C deferral
                     return self.executable.run(call)
             return self.executable.run(call)
+
+
+def _host_index_array(name: str, value: Any) -> np.ndarray:
+    """An index input as a NumPy array: its entries are validated on the host before any kernel runs,
+    so a device array is refused rather than copied back."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__cuda_array_interface__") or type(value).__module__.split(".")[0] in ("pycuda", "torch", "cupy"):
+        raise CallError(f"index input '{name}' must be a NumPy integer array: index inputs are validated on the host")
+    try:
+        return np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - ragged lists and the like
+        raise CallError(f"index input '{name}' must be a NumPy integer array ({exc})") from None

@@ -102,7 +102,7 @@ def bind_sizes(program: Program, arrays: Mapping[str, Any]) -> dict[str, int]:
     undeterminable sizes, and a definition extent that would be negative.
     """
     shapes: dict[str, tuple[int, ...]] = {}
-    for decl in program.inputs:
+    for decl in program.caller_inputs():
         if decl.name not in arrays:
             raise TccError(f"missing input '{decl.name}'")
         shape = _input_shape(decl.name, arrays[decl.name])
@@ -118,7 +118,7 @@ def bind_sizes(program: Program, arrays: Mapping[str, Any]) -> dict[str, int]:
     changed = True
     while changed:
         changed = False
-        for decl in program.inputs:
+        for decl in program.caller_inputs():
             for axis, e in enumerate(decl.extents):
                 solved = _single_unknown(e, sizes)
                 if solved is None:
@@ -145,7 +145,7 @@ def bind_sizes(program: Program, arrays: Mapping[str, Any]) -> dict[str, int]:
                 f"the largest size tcc's 64-bit index arithmetic allows"
             )
 
-    for decl in program.inputs:
+    for decl in program.caller_inputs():
         _check_shape(decl, shapes[decl.name], sizes, bound_by)
 
     for a in getattr(program, "assumptions", ()):

@@ -9,11 +9,12 @@ position: index ranges, enclosing sum ranges and constraints, ``where`` guards.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .diagnostics import TccError
 from .expr import RANGED, Access, CSum, Expr, Sum, Where
-from .index import Affine, Compare, format_affine, negate
+from .index import Affine, Compare, Lookup, format_affine, lookups, negate
+from .index_range import cond_affines
 from .polyhedra import Facts, definition_facts, expression_range
 from .program import Definition, Program
 
@@ -25,6 +26,14 @@ class Use:
     access: Access
     scopes: tuple  # enclosing Sum / CSum nodes, outermost first
     conds: tuple  # (cond, taken) for enclosing where branches
+    lookup: Lookup | None = None  # set when the access is a read of an index array inside an index
+
+
+def _lookup_uses(affines: Iterable[Affine], scopes: tuple, conds: tuple) -> Iterator[Use]:
+    """The reads of index arrays inside these index expressions, as accesses to prove in bounds."""
+    for a in affines:
+        for lk in lookups(a):
+            yield Use(Access(lk.tensor, lk.indices), scopes, conds, lk)
 
 
 def uses(body: Expr) -> Iterator[Use]:
@@ -43,10 +52,13 @@ def uses(body: Expr) -> Iterator[Use]:
         seen.add(key)
         if isinstance(e, Access):
             yield Use(e, scopes, conds)
+            yield from _lookup_uses(e.indices, scopes, conds)
         elif isinstance(e, Where):
+            yield from _lookup_uses(cond_affines(e.cond), scopes, conds)
             stack.append((e.other, scopes, conds + ((e.cond, False),)))
             stack.append((e.then, scopes, conds + ((e.cond, True),)))
         elif isinstance(e, (*RANGED, CSum)):
+            yield from _lookup_uses(e.lo + e.hi if isinstance(e, RANGED) else (), scopes, conds)
             stack.append((e.children()[0], scopes + (e,), conds))
         else:
             stack.extend((c, scopes, conds) for c in reversed(e.children()))
@@ -106,9 +118,9 @@ def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError
         msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}{_assume_hint(rng, ext, sizes)}"
     else:
         msg = f"cannot prove that access {acc} is in bounds: {where} has extent {format_affine(ext)}"
-    loc = program.loc_of(acc)
+    loc = program.loc_of(use.lookup if use.lookup is not None else acc)
     if use.scopes and program.source is not None:  # of identical accesses, the one in this occurrence's sum
-        loc = program.source.loc_within(acc, use.scopes[-1]) or loc
+        loc = program.source.loc_within(use.lookup or acc, use.scopes[-1]) or loc
     return TccError(msg, loc or d.loc, program.source)
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 from .expr import RANGED, ZERO, Access, CSum, Expr, Reduce, Sum, Where, all_names, fresh_name, postorder, transform
 from .fourier_motzkin import eliminate
-from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts, make_and
+from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or, conjuncts, make_and
 from .polyhedra import AtomTable, Row, bound_affine, compare_rows, rows_to_constraints
 
 
@@ -53,6 +53,8 @@ def eliminate_var_atoms(node: CSum, taken: set[str]) -> CSum:
         def on_atom(atom: Atom) -> Affine:
             if isinstance(atom, str):
                 return Affine.var(atom)
+            if isinstance(atom, Lookup):
+                return Affine.atom(Lookup(atom.tensor, tuple(rewrite(i) for i in atom.indices), atom.hi))
             inner = rewrite(atom.num)
             fd = FloorDiv(atom.num, atom.den)
             if fd in found:

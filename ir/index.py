@@ -18,7 +18,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
-Atom = Union[str, "FloorDiv", "Mod"]
+Atom = Union[str, "FloorDiv", "Mod", "Lookup"]
+
+#: The environment key under which :meth:`Affine.evaluate` finds the array of index input
+#: ``tok`` (``env["#tok"]``): ``#`` keeps it apart from every index and size name.
+LOOKUP_ENV = "#"
 
 _NATURAL = re.compile(r"(\d+)")
 
@@ -139,7 +143,7 @@ class Affine:
             if isinstance(a, str):
                 out[a] = None
             else:
-                for n in a.num.names():
+                for n in atom_names(a):
                     out[n] = None
         return tuple(out)
 
@@ -151,6 +155,8 @@ class Affine:
         for a, c in self.terms:
             if isinstance(a, str):
                 result = result + (mapping[a] * c if a in mapping else Affine.var(a, c))
+            elif isinstance(a, Lookup):
+                result = result + Affine.atom(a.substitute(mapping)) * c
             elif isinstance(a, FloorDiv):
                 result = result + a.num.substitute(mapping).floordiv(a.den) * c
             else:
@@ -203,6 +209,67 @@ class Mod:
         return f"{_atom_operand(self.num)} % {self.den}"
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """``tok[i]``: an entry of an index input, used as an atom of index expressions (issue 15).
+
+    An indirect read ``emb[tok[i], j]`` is the access ``emb`` at the affine
+    ``1*Lookup(tok, (i,)) + 0``: every pass that walks, substitutes or prints
+    index expressions handles it as it handles ``//`` and ``%`` atoms, and
+    the prover (:class:`tcc.ir.polyhedra.AtomTable`) turns it into a fresh
+    variable in ``0..hi`` -- the declared bound, carried here (``hi`` is
+    inclusive: ``index tok[n] < v`` gives ``v - 1``) so that no pass needs
+    the declarations to reason about it.  It is never linear
+    (:attr:`Affine.is_linear`), so passes that need affine maps (BLAS
+    outlining, index solving) leave it alone.
+    """
+
+    tensor: str
+    indices: tuple[Affine, ...]
+    hi: Affine
+
+    def names(self) -> tuple[str, ...]:
+        """Index names of the read (not the sizes of the bound: they are not where it reads)."""
+        return tuple(dict.fromkeys(n for ix in self.indices for n in ix.names()))
+
+    def substitute(self, mapping: Mapping[str, Affine]) -> "Lookup":
+        return Lookup(self.tensor, tuple(ix.substitute(mapping) for ix in self.indices), self.hi)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The entries at the evaluated positions: ``env["#tok"]`` is a function of the
+        position list that reads them (the interpreter's, which clamps inactive lanes)."""
+        return env[LOOKUP_ENV + self.tensor]([ix.evaluate(env) for ix in self.indices])
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{', '.join(format_affine(i) for i in self.indices)}]"
+
+
+def atom_names(atom: Atom) -> tuple[str, ...]:
+    """The index names an atom depends on: itself, a ``//``/``%`` numerator's, or a lookup's position's."""
+    if isinstance(atom, str):
+        return (atom,)
+    return atom.names() if isinstance(atom, Lookup) else atom.num.names()
+
+
+def lookups(a: Affine) -> tuple["Lookup", ...]:
+    """Every :class:`Lookup` in ``a``, nested ones (``x[col[perm[k]]]``) after their hosts."""
+    out: list[Lookup] = []
+    for atom, _ in a.terms:
+        if isinstance(atom, Lookup):
+            out.append(atom)
+            for ix in atom.indices:
+                out.extend(lookups(ix))
+        elif not isinstance(atom, str):
+            out.extend(lookups(atom.num))
+    return tuple(out)
+
+
+def of_sizes(a: Affine, sizes: "set[str] | frozenset[str]") -> bool:
+    """``a`` is affine in ``sizes`` alone: no index names, and no read of an index array
+    (``ptr[0]`` names nothing, yet its value is data, not a size)."""
+    return set(a.names()) <= sizes and not lookups(a)
+
+
 def _atom_operand(a: Affine) -> str:
     s = format_affine(a)
     if len(a.terms) == 1 and a.const == 0 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], str):
@@ -213,6 +280,8 @@ def _atom_operand(a: Affine) -> str:
 def _eval_atom(a: Atom, env: Mapping[str, Any]) -> Any:
     if isinstance(a, str):
         return env[a]
+    if isinstance(a, Lookup):
+        return a.evaluate(env)
     v = a.num.evaluate(env)
     return v // a.den if isinstance(a, FloorDiv) else v % a.den
 

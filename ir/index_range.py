@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, postorder
-from tcc.ir.index import Affine, Compare, Cond, Mod, Not, format_affine
+from tcc.ir.index import Affine, Compare, Cond, Lookup, Mod, Not, format_affine
 from tcc.ir.program import Program
 
 __all__ = [
@@ -43,6 +43,8 @@ def index_magnitude(e: Affine) -> int:
     for atom, c in e.terms:
         if isinstance(atom, str):
             value = INDEX_LIMIT
+        elif isinstance(atom, Lookup):  # an entry of an index input: validated on entry to be a size at most
+            value = max([INDEX_LIMIT] + [index_magnitude(i) for i in atom.indices])
         elif isinstance(atom, Mod):
             value = max(atom.den - 1, index_magnitude(atom.num))  # its numerator is evaluated too
         else:

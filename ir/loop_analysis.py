@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Iterator, Sequence
 
 from .expr import Access, Expr, Where, postorder, transform
-from .index import Affine, FloorDiv, Mod
+from .index import Affine, FloorDiv, Mod, atom_names
 from .loops import (
     Accumulate,
     Extern,
@@ -282,7 +282,7 @@ def strides_with(ix: Affine, var: str) -> bool:
     """
     if ix.coeff(var) == 0:
         return False
-    return not any(isinstance(a, (FloorDiv, Mod)) and var in a.num.names() for a in ix.atoms())
+    return not any(not isinstance(a, str) and var in atom_names(a) for a in ix.atoms())
 
 
 def owns(ix: Affine, var: str, outer: set[str]) -> bool:

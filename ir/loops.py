@@ -53,11 +53,15 @@ ROLES: tuple[str, ...] = ("input", "output", "local", "temp")
 
 @dataclass(frozen=True)
 class Buffer:
-    """A dense row-major array of the program's element type."""
+    """A dense row-major array of the program's element type, or, with a ``bound``, of int64:
+    an index input (``index tok[n] < v``: ``bound`` is ``("<", v)``), read only inside
+    index expressions (:class:`~tcc.ir.index.Lookup` atoms), never written."""
 
     name: str
     shape: tuple[Affine, ...]
     role: Role
+    bound: "tuple[str, Affine] | None" = None
+    derived: "tuple[str, str] | None" = None  # `= inverse_ptr(tok)`: computed by the call (tcc.ir.program.DERIVED_INDEX)
 
     @property
     def rank(self) -> int:
@@ -200,7 +204,7 @@ class LoopProgram:
         # Canonical order: by role (ROLES), then as given.  The kernel ABI
         # passes buffers by position, and the printer lists them by role, so
         # this order is what makes print -> parse -> print the identity.
-        ordered = tuple(sorted(self.buffers, key=lambda b: ROLES.index(b.role)))
+        ordered = tuple(sorted(self.buffers, key=lambda b: (ROLES.index(b.role), b.bound is None, b.derived is not None)))
         object.__setattr__(self, "buffers", ordered)
         object.__setattr__(self, "kernels", tuple(self.kernels))
         object.__setattr__(self, "sizes", tuple(self.sizes))
@@ -251,6 +255,35 @@ def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
     if isinstance(s, (Store, Accumulate)):
         return (s.value,)
     return ()
+
+
+def lookup_tensors(body: tuple[Stmt, ...]) -> set[str]:
+    """Index inputs the statements read inside index expressions (``x[col[k]]``, ``for k in ptr[i]..``).
+
+    Such reads are :class:`~tcc.ir.index.Lookup` atoms, not loads: a kernel
+    that has them needs those buffers as arguments all the same.
+    """
+    from .expr import RANGED, Access, Where, postorder
+    from .index import lookups
+    from .index_range import cond_affines as conds  # imported here: index_range imports the L1 program module
+
+    affines: list[Affine] = []
+    for s in walk_stmts(body):
+        if isinstance(s, For):
+            affines += s.lo + s.hi
+        elif isinstance(s, (Store, Accumulate)):
+            affines += s.indices
+        elif isinstance(s, If):
+            affines += conds(s.cond)
+        for e in stmt_exprs(s):
+            for n in postorder(e):
+                if isinstance(n, Access):
+                    affines += n.indices
+                elif isinstance(n, Where):
+                    affines += conds(n.cond)
+                elif isinstance(n, RANGED):
+                    affines += n.lo + n.hi
+    return {lk.tensor for a in affines for lk in lookups(a)}
 
 
 # ---------------------------------------------------------------------------
@@ -306,8 +339,14 @@ def format_loop_program(program: LoopProgram) -> str:
     lines = ["# tcc loops"]
     if program.sizes:
         lines.append("sizes " + ", ".join(program.sizes))
+    index = [f"{_ref(b.name, b.shape)} {b.bound[0]} {format_affine(b.bound[1])}" for b in program.buffers
+             if b.bound and not b.derived]
+    if index:
+        lines.append("index " + ", ".join(index))
+    lines += [f"index {_ref(b.name, b.shape)} {b.bound[0]} {format_affine(b.bound[1])} = {b.derived[0]}({b.derived[1]})"
+              for b in program.buffers if b.derived and b.bound]
     for role in ROLES:
-        bufs = [_ref(b.name, b.shape) for b in program.buffers if b.role == role]
+        bufs = [_ref(b.name, b.shape) for b in program.buffers if b.role == role and not b.bound]
         if bufs:
             lines.append(f"{role} " + ", ".join(bufs))
     printer = ExprPrinter()

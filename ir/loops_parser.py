@@ -141,6 +141,15 @@ class LoopParser(Parser):
                 while self.peek().is_op(","):
                     self.advance()
                     sizes.append(self.name("a size name").value)
+            elif tok.is_word("index") and self.peek(1).kind == "NAME":  # index buffers: ir/index_parser.py
+                self.advance()
+                while True:
+                    ntok, decl = self.index_declaration({b.name for b in buffers})
+                    buffers.append(Buffer(decl.name, decl.extents, "input", decl.bound, decl.derived))
+                    self.note(buffers[-1], ntok)
+                    if not self.peek().is_op(","):
+                        break
+                    self.advance()
             elif tok.is_word(*ROLES):
                 self.advance()
                 buffers.append(self.buffer(tok.value))

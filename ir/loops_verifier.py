@@ -59,7 +59,8 @@ from tcc.ir.diagnostics import TccError
 
 from .contraction import CONTRACT, contract_result
 from .expr import INDEX_VALUE, MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
-from .index import Affine, format_affine
+from .index import Affine, format_affine, lookups
+from .index_range import cond_affines
 from .loops import (
     ROLES,
     Accumulate,
@@ -201,6 +202,7 @@ class _Verifier:
             self.write(s, name, s.indices, op)
         elif isinstance(s, If):
             self.index_names(s.cond.names(), "the condition of an if")
+            self.lookups(cond_affines(s.cond))
             self.block(s.then)
             self.stmt = s
             self.block(s.orelse)
@@ -221,6 +223,7 @@ class _Verifier:
             raise self.error(f"loop variable '{v}' has the name of a scalar in scope")
         for b in s.lo + s.hi:
             self.index_names(b.names(), lambda: f"the bounds of loop '{v}'", own=v)
+        self.lookups(s.lo + s.hi)
         if s.parallel:
             self.parallel.append(_Parallel(v, len(self.loop_vars), len(self.blocks), s))
         self.loop_vars.append(v)
@@ -355,7 +358,19 @@ class _Verifier:
             )
         for ix in indices:
             self.index_names(ix.names(), lambda: f"the index of {ref()}")
+        self.lookups(indices)
         return buf
+
+    def lookups(self, affines: "tuple[Affine, ...] | list[Affine]") -> None:
+        """Reads inside index expressions (``tok[i]``) are of index buffers, with their rank."""
+        for a in affines:
+            for lk in lookups(a):
+                buf = self.buffers.get(lk.tensor)
+                if buf is None or buf.bound is None:
+                    raise self.error(f"'{lk.tensor}' is read inside an index ({lk}) but is not an index buffer")
+                if len(lk.indices) != buf.rank:
+                    raise self.error(f"'{lk.tensor}' has {_plural(buf.rank, 'dimension', 'dimensions')} but {lk} "
+                                     f"gives {_plural(len(lk.indices), 'index', 'indices')}")
 
     # -- expressions and writes -------------------------------------------------
     def expr(self, e: Expr, label: Label) -> None:
@@ -374,6 +389,9 @@ class _Verifier:
                 if node.tensor == INDEX_VALUE:
                     self.index_names(node.indices[0].names(), lambda: f"the value {node}")
                     continue
+                if getattr(self.buffers.get(node.tensor), "bound", None) is not None:
+                    raise self.error(f"index buffer '{node.tensor}' holds integers: it is read only inside "
+                                     f"index expressions, not as the value {node}")
                 self.buffer_access(node.tensor, node.indices)
                 self.record(False, node.tensor, node.indices)
 
@@ -393,6 +411,8 @@ class _Verifier:
                         f"parallel loop '{par.var}' may race: it writes local '{name}', which is declared outside it"
                     )
             return
+        if any(lookups(ix) for ix in indices):
+            raise self.error(f"cannot write through an index array: {ref} {op} ... (only reads are indirect)")
         buf = self.buffer_access(name, indices)
         if buf.role == "input":
             raise self.error(f"cannot write to input '{name}': {ref} {op} ...")

@@ -57,6 +57,7 @@ from .expr import (
 )
 from .cond_parser import ConditionParser, select
 from .user_functions import FunctionDefinitions
+from .index_parser import IndexDeclarations
 from .index import Affine, And, Cond
 from .lexer import KEYWORDS, Token, tokenize
 from .program import Assumption, Definition, Program, TensorDecl, assumption_error
@@ -83,7 +84,7 @@ class _Statements:
     assumptions: list[tuple[Cond, Token]] = field(default_factory=list)  # `assume cond` lines
 
 
-class Parser(ConditionParser, FunctionDefinitions):
+class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
     def __init__(self, text: str, filename: str = "<input>"):
         self.text = text
         self.source = SourceMap(filename, text, {})
@@ -93,6 +94,7 @@ class Parser(ConditionParser, FunctionDefinitions):
         self.depth = 0
         self.scope: list[str] = []  # left-hand side indices and enclosing sum variables
         self.size_names: set[str] = set()  # sizes of the inputs declared so far: values where written alone
+        self.index_arrays: dict[str, tuple] = {}  # `index` inputs so far: (largest entry, decl, bound token)
         self.functions: dict[str, tuple[tuple[str, ...], Expr]] = {}  # `def` lines: parameters, body
         self.defining: str | None = None  # the function whose body is being read
         self.value_names: set[str] = set()  # tensors (and L2 scalars) so far: `s > 0` with them compares values
@@ -168,6 +170,8 @@ class Parser(ConditionParser, FunctionDefinitions):
             if tok.is_word(*_DECL_WORDS):
                 self.advance()
                 self.declarations(st, tok.value)
+            elif tok.is_word("index") and self.peek(1).kind == "NAME":  # `index tok[n] < v`
+                self.index_declarations(st, self.advance())
             elif self.starts_function_definition():
                 self.function_definition()
             elif tok.is_word("assume") and not self.peek(1).is_op("=", "["):  # `assume = ...` defines a tensor
@@ -277,6 +281,7 @@ class Parser(ConditionParser, FunctionDefinitions):
             for name, (ntok, indices, body) in st.defs.items()
         )
         outputs = tuple(name for kind, name, _, _ in st.fixed if kind == "output")
+        self.check_index_bounds(st, sizes)
         for cond, tok in st.assumptions:
             if (problem := assumption_error(cond, sizes)) is not None:
                 raise self.error(problem, tok)
@@ -608,9 +613,8 @@ class Parser(ConditionParser, FunctionDefinitions):
                 self.advance()
                 return Affine.constant(int(tok.value))
             if tok.kind == "NAME":
-                if self.peek(1).is_op("[", "("):  # x[0] in a sum bound, `sum[i | x[i] > 0]`, `assume`
-                    raise self.error(f"'{tok.value}{self.peek(1).value}...' is a value, but index expressions (bounds, "
-                                     "extents, index conditions) are integers: compare values in where(...)", tok)
+                if self.peek(1).is_op("[", "("):  # an index array's read, or an error (x[0] in a sum bound)
+                    return self.lookup(tok)
                 return Affine.var(self.name().value)
             if tok.is_op("("):
                 self.advance()

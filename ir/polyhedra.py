@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
 from .fourier_motzkin import Constraint, eliminate
-from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Mod, Not, Or, conjuncts
+from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or, conjuncts
 from .linear import Linear
 
 # A linear constraint: (form, kind) meaning form >= 0 (kind ">=") or form == 0 (kind "==").
@@ -47,6 +47,15 @@ class AtomTable:
     def atom_linear(self, atom: Atom) -> Linear:
         if isinstance(atom, str):
             return Linear.symbol(atom)
+        if isinstance(atom, Lookup):  # an index input's entry: a fresh variable in its declared 0..hi
+            sym = self.symbols.get(atom)
+            if sym is None:
+                sym = self.symbols[atom] = f"%q{len(self.symbols)}"
+                self.atoms[sym] = atom
+                q = Linear.symbol(sym)
+                self.rows.append((q, ">="))
+                self.rows.append((self.linear(atom.hi) - q, ">="))
+            return Linear.symbol(sym)
         fd = FloorDiv(atom.num, atom.den)
         sym = self.symbols.get(fd)
         if sym is None:

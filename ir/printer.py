@@ -22,11 +22,31 @@ def _decl(name: str, extents: tuple[Affine, ...]) -> str:
     return f"{name}[{', '.join(format_affine(x) for x in extents)}]"
 
 
+def _input_lines(inputs) -> list[str]:  # noqa: ANN001 - TensorDecls
+    """``input`` and ``index`` lines, one per run of the same kind: declaration order is kept (it orders sizes)."""
+    lines: list[str] = []
+    run: list[str] = []
+    kind = ""
+    for d in inputs:
+        k = "index" if getattr(d, "bound", None) else "input"
+        text = _decl(d.name, d.extents) + (f" {d.bound[0]} {format_affine(d.bound[1])}" if k == "index" else "")
+        if getattr(d, "derived", None):  # `= inverse_ptr(tok)` ends its line
+            k = "derived"
+            text += f" = {d.derived[0]}({d.derived[1]})"
+        if (k != kind or k == "derived") and run:
+            lines.append(f"{'index' if kind == 'derived' else kind} " + ", ".join(run))
+            run = []
+        kind = k
+        run.append(text)
+    if run:
+        lines.append(f"{'index' if kind == 'derived' else kind} " + ", ".join(run))
+    return lines
+
+
 def format_program(program) -> str:  # noqa: ANN001 - a Program: program.py imports this module for its __str__
     # the functions with custom derivatives its calls need, so the text parses back
     lines: list[str] = [format_function(c) for c in functions_used([d.body for d in program.definitions])]
-    if program.inputs:
-        lines.append("input " + ", ".join(_decl(d.name, d.extents) for d in program.inputs))
+    lines.extend(_input_lines(program.inputs))
     outs = []
     for name in program.outputs:
         d = program.definition(name)

@@ -15,11 +15,56 @@ from .index import Affine, And, Compare, Cond
 from .printer import format_program
 
 
+#: Index arrays a call derives from a 1-D index input ``src[n] < v`` (largest entry ``h``) on entry,
+#: in O(n + h): the inverse index that makes derivatives through ``x[src[i]]`` gathers.
+#: ``inverse_ptr(src)[w]`` (``w`` in ``0..h + 1``) counts the positions whose entry is below ``w``;
+#: ``inverse_perm(src)`` lists the positions sorted by entry (stable), so the positions reading
+#: element ``w`` are ``inverse_perm(src)[inverse_ptr(src)[w]..inverse_ptr(src)[w + 1] - 1]``;
+#: ``rows(src)[k]`` (``k`` in ``0..h - 1``) of a nondecreasing row pointer ``src[m + 1] <= h`` is the
+#: row ``i`` with ``src[i] <= k < src[i + 1]``, or ``m`` where no row holds ``k``.
+DERIVED_INDEX = ("inverse_ptr", "inverse_perm", "rows")
+
+
+def derived_shape(fn: str, src: "TensorDecl") -> tuple[tuple[Affine, ...], tuple[str, Affine]]:
+    """The extents and bound of ``fn(src)`` (see :data:`DERIVED_INDEX`), in ``src``'s sizes."""
+    (n,) = src.extents
+    h = src.index_hi
+    if fn == "inverse_ptr":
+        return (h + 2,), ("<=", n)
+    if fn == "inverse_perm":
+        return (n,), ("<", n)
+    return (h,), ("<=", n - 1)
+
+
 @dataclass(frozen=True)
 class TensorDecl:
+    """An input.  ``bound`` is ``("<", v)`` or ``("<=", nnz)`` for an **index input**
+    (``index tok[n] < v``, issue 15): an integer array whose entries lie in
+    ``0..v - 1`` (``0..nnz``), which other reads may be indexed through.  The
+    runtime checks the bound on entry; the prover takes it as given."""
+
     name: str
     extents: tuple[Affine, ...]
     loc: Loc | None = field(default=None, compare=False)
+    bound: tuple[str, Affine] | None = None
+    #: ``("inverse_ptr", "tok")`` etc.: an index array the call computes from another one
+    #: (:data:`DERIVED_INDEX`) instead of taking it from the caller; see ``inverse-index``.
+    derived: tuple[str, str] | None = None
+
+    @property
+    def is_index(self) -> bool:
+        return self.bound is not None
+
+    @property
+    def is_derived(self) -> bool:
+        return self.derived is not None
+
+    @property
+    def index_hi(self) -> Affine:
+        """The largest entry allowed (inclusive): ``v - 1`` for ``< v``, ``nnz`` for ``<= nnz``."""
+        assert self.bound is not None
+        op, b = self.bound
+        return b - 1 if op == "<" else b
 
 
 @dataclass(frozen=True)
@@ -96,6 +141,18 @@ class Program:
             return decl.extents
         d = self.definition(name)
         return None if d is None else d.extents
+
+    def index_inputs(self) -> tuple[TensorDecl, ...]:
+        """The ``index`` declarations the caller passes (integer inputs), in declaration order."""
+        return tuple(d for d in self.inputs if d.is_index and not d.is_derived)
+
+    def derived_inputs(self) -> tuple[TensorDecl, ...]:
+        """The index arrays a call computes itself (``= inverse_ptr(tok)``), in declaration order."""
+        return tuple(d for d in self.inputs if d.is_derived)
+
+    def caller_inputs(self) -> tuple[TensorDecl, ...]:
+        """The inputs a caller passes: every input but the derived index arrays."""
+        return tuple(d for d in self.inputs if not d.is_derived)
 
     def tensor_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.inputs) + tuple(d.name for d in self.definitions)

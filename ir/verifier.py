@@ -13,8 +13,9 @@ from .diagnostics import TccError
 from .bounds import prove_in_bounds
 from .contraction import CONTRACT, contract_result
 from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
-from .index import Affine, format_affine
-from .program import Definition, Loc, Program
+from .index import Affine, format_affine, lookups
+from .index_range import cond_affines
+from .program import Definition, Loc, Program, TensorDecl, derived_shape
 
 
 def verify(program: Program, bounds: bool = True) -> None:
@@ -47,6 +48,8 @@ class _Verifier:
         for decl in p.inputs:
             if decl.name in seen:
                 raise self.error(f"'{decl.name}' is already declared", decl.loc)
+            if decl.is_derived:
+                self.derived(decl, seen)
             if decl.name in self.sizes:
                 raise self.error(f"'{decl.name}' is used both as a size and as a tensor name", decl.loc)
             seen[decl.name] = "input"
@@ -144,11 +147,13 @@ class _Verifier:
                 continue
             if isinstance(node, Where):
                 self.names(node.cond.names(), here, loc, "condition of where")
+                self.lookups(cond_affines(node.cond), loc)
             elif isinstance(node, RANGED):
                 if node.var in here:
                     raise self.error(f"sum index '{node.var}' shadows an enclosing index", loc)
                 for b in node.lo + node.hi:
                     self.names(b.names(), here, loc, f"bounds of sum[{node.var}]")
+                self.lookups(node.lo + node.hi, loc)
                 inner = here | {node.var}
             elif isinstance(node, CSum):
                 for v in node.vars:
@@ -158,6 +163,34 @@ class _Verifier:
                 for c in node.constraints:
                     self.names(c.names(), inner, loc, "constraints of sum")
             stack.extend((c, inner) for c in reversed(node.children()))
+
+    def derived(self, decl: TensorDecl, earlier: dict[str, str]) -> None:
+        """``index P[v + 1] <= n = inverse_ptr(tok)``: of an earlier 1-D index array, with the shape it gives."""
+        fn, name = decl.derived  # type: ignore[misc]
+        src = self.p.input(name)
+        if src is None or not src.is_index or name not in earlier or len(src.extents) != 1:
+            raise self.error(f"{fn}({name}) needs a one-dimensional index array '{name}' declared before "
+                             f"'{decl.name}'", decl.loc)
+        extents, bound = derived_shape(fn, src)
+        if extents != decl.extents or bound != decl.bound:
+            want = f"{decl.name}[{', '.join(format_affine(e) for e in extents)}] {bound[0]} {format_affine(bound[1])}"
+            raise self.error(f"'{decl.name}' = {fn}({name}) must be declared as {want}", decl.loc)
+
+    def lookups(self, affines: "tuple[Affine, ...] | list[Affine]", loc: Loc | None) -> None:
+        """Each read inside an index (``tok[i]``) is of an index input, with its rank and declared bound."""
+        for a in affines:
+            for lk in lookups(a):
+                decl = self.p.input(lk.tensor)
+                if decl is None or not decl.is_index:
+                    raise self.error(f"'{lk.tensor}' is read inside an index, but only arrays declared with "
+                                     f"'index' can be (index {lk.tensor}[...] < BOUND)", loc)
+                if len(lk.indices) != len(decl.extents):
+                    rank = len(decl.extents)
+                    raise self.error(f"index array '{lk.tensor}' has {rank} dimension{'s' if rank != 1 else ''} "
+                                     f"but {lk} gives {len(lk.indices)}", loc)
+                if lk.hi != decl.index_hi:
+                    raise self.error(f"{lk} carries the bound {lk.hi} but '{lk.tensor}' is declared with entries "
+                                     f"up to {decl.index_hi}", loc)
 
     def names(self, names: tuple[str, ...], scope: set[str] | frozenset[str], loc: Loc | None, where: str) -> None:
         for n in names:
@@ -177,6 +210,11 @@ class _Verifier:
             if name in scope and not e.indices:
                 raise self.error(f"'{name}' is an index; indices can only appear inside [...]", loc)
             raise self.error(f"undeclared tensor '{name}'", loc)
+        decl = self.p.input(name)
+        if decl is not None and decl.is_index:
+            raise self.error(f"index array '{name}' holds integers: it can only be read inside the [...] of "
+                             f"another read or in a sum bound, not as a value ({text})", loc)
+        self.lookups(e.indices, loc)
         extents = self.p.extents_of(name)
         if extents is None:
             other = self.p.definition(name)

@@ -31,6 +31,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "index-solve": "tcc.passes.index_solve:IndexSolve",
     "range-bound": "tcc.passes.range_bound:RangeBound",
     "simplify": "tcc.passes.simplify:Simplify",
+    "inverse-index": "tcc.passes.inverse_index:InverseIndex",
     "cse": "tcc.passes.cse:CSE",
     "inline-guards": "tcc.passes.inline_guards:InlineGuards",
     "blas": "tcc.passes.blas:Blas",

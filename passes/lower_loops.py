@@ -337,7 +337,9 @@ def lower_program(program: Program) -> LoopProgram:
     size_set = set(sizes)
     taken = program.names_in_use()
     results = set(program.results())
-    buffers: list[Buffer] = [Buffer(i.name, i.extents, "input") for i in program.inputs]
+    # index inputs first: L2 prints them on an `index` line before the `input` line, and parses them back in that order
+    ordered = sorted(program.inputs, key=lambda i: not i.is_index)
+    buffers: list[Buffer] = [Buffer(i.name, i.extents, "input", i.bound, i.derived) for i in ordered]
     kernels: list[Kernel] = []
     for d in program.definitions:
         if d.extents is None:

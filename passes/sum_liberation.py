@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tcc.ir.expr import ZERO, Binary, CSum, Expr, Step, Sum, Unary, Where, free_names, is_zero, rebuild, trampoline
-from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
+from tcc.ir.index import Affine, Compare, Cond, conjuncts, lookups, make_and
 from tcc.ir.program import Program
 from tcc.passes.pass_base import Level, Pass, PassContext
 
@@ -39,16 +39,26 @@ def _range_constraints(s: Sum) -> list[Cond]:
     return [Compare("<=", lo, v) for lo in s.lo] + [Compare("<=", v, hi) for hi in s.hi]
 
 
+def _indirect(c: Cond) -> bool:
+    """A comparison that reads an index input (``col[k] == x_0``): not a linear constraint.
+
+    It stays a guard in the body: liberating it would hand the solvers an
+    equation in an opaque atom (they would drop it), and the derivative it
+    gives is a scan over the positions, correct and still a gather.
+    """
+    return isinstance(c, Compare) and bool(lookups(c.lhs) or lookups(c.rhs))
+
+
 def _is_delta_cond(cond: Cond, bound: set[str]) -> bool:
     return any(
-        isinstance(c, Compare) and c.op == "==" and set(c.names()) & bound for c in conjuncts(cond)
+        isinstance(c, Compare) and c.op == "==" and set(c.names()) & bound and not _indirect(c) for c in conjuncts(cond)
     )
 
 
 def _split(cond: Cond) -> tuple[list[Cond], list[Cond]]:
     convex, rest = [], []
     for c in conjuncts(cond):
-        if isinstance(c, Compare) and c.op != "!=":
+        if isinstance(c, Compare) and c.op != "!=" and not _indirect(c):
             convex.append(c)
         else:
             rest.append(c)
@@ -91,6 +101,8 @@ def _liberate(e: Expr, bound: set[str], memo: _Memo | None = None) -> Step:
 
 def _liberate_step(e: Expr, bound: set[str], memo: _Memo) -> Step:
     """One level of :func:`_liberate` (which memoises it)."""
+    if isinstance(e, Sum) and any(lookups(b) for b in e.lo + e.hi):
+        return None  # a CSR row sum (bounds read an index input) keeps its structure: see _indirect
     if isinstance(e, Sum) and e.has_range:
         inner = yield _liberate(e.body, bound | {e.var}, memo)
         if inner is None:

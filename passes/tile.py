@@ -365,7 +365,7 @@ def _window(band: list[For], var: str, lo: Affine, hi: Affine) -> tuple[list[For
     for bounds, lower in ((l.lo, True), (l.hi, False)):
         for b in bounds:
             k = b.coeff(var)
-            if k == 0:
+            if k == 0 and var not in b.names():  # (a bound reading an index array at var depends on it)
                 (new_lo if lower else new_hi).append(b)
                 continue
             if abs(k) != 1 or not strides_with(b, var):

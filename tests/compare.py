@@ -6,6 +6,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import tcc
+from tcc.index_inputs import random_index_inputs
 from tcc.fdcheck import sizes_for
 from tcc.interpreter import evaluate
 from tcc.sizes import extents_shape
@@ -19,13 +20,15 @@ SCALE_FLOOR = 1e-3
 
 
 def random_inputs(program: Any, sizes: Mapping[str, int] | None = None, seed: int = 0, dtype: str = "float64") -> dict[str, np.ndarray]:
-    """Inputs in [0.25, 0.75) (log, sqrt and powers stay tame) for the given or default sizes."""
+    """Inputs in [0.25, 0.75) (log, sqrt and powers stay tame) for the given or default sizes;
+    index inputs get valid random integers (sorted where they bound a sum)."""
     rng = np.random.default_rng(seed)
     sizes = dict(sizes) if sizes is not None else sizes_for(program)
-    return {
+    out = {
         d.name: rng.uniform(0.25, 0.75, extents_shape(d.extents, sizes)).astype(dtype)
-        for d in program.inputs
+        for d in program.caller_inputs() if not d.is_index
     }
+    return {**out, **random_index_inputs(program, sizes, rng)}  # integers in their declared ranges
 
 
 def assert_matches_interpreter(program: Any, sizes: Mapping[str, int] | None = None, dtype: str = "float64",
@@ -36,7 +39,7 @@ def assert_matches_interpreter(program: Any, sizes: Mapping[str, int] | None = N
     inputs = random_inputs(inferred, sizes, seed, dtype)
     compiled = tcc.compile(program, target, dtype=dtype, passes=passes, threads=threads)
     got = compiled(**inputs)
-    want = evaluate(inferred, {k: v.astype(np.float64) for k, v in inputs.items()}, np.float64)
+    want = evaluate(inferred, {k: v if v.dtype.kind == "i" else v.astype(np.float64) for k, v in inputs.items()}, np.float64)
     assert set(got) == {d.name for d in inferred.definitions}
     assert_results_close(got, want, dtype)
     return got

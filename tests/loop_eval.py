@@ -28,6 +28,8 @@ import numpy as np
 
 from tcc.interpreter import _BINARY, _COMPARE, _UNARY, einsum_contract, matrix_function
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, Expr, Select, Unary, Where
+from tcc.index_inputs import inverse_index, rows_of
+from tcc.ir.index import LOOKUP_ENV, Affine
 from tcc.ir.loops import Accumulate, Extern, For, If, Let, Local, LoopProgram, Stmt, Store
 
 
@@ -39,6 +41,8 @@ def bind_loop_sizes(program: LoopProgram, inputs: Mapping[str, Any]) -> dict[str
     """Sizes from input shapes (an extent that is a single size name binds it)."""
     sizes: dict[str, int] = {}
     for b in program.by_role("input"):
+        if b.derived:  # computed by the call, not passed
+            continue
         shape = np.shape(inputs[b.name])
         for ext, n in zip(b.shape, shape):
             if len(ext.terms) == 1 and ext.terms[0][1] == 1 and isinstance(ext.terms[0][0], str):
@@ -103,7 +107,9 @@ def run_loops(
     buffers: dict[str, np.ndarray] = {}
     for b in program.buffers:
         shape = tuple(int(e.evaluate(sizes)) for e in b.shape)
-        if b.role == "input":
+        if b.bound is not None:  # an index buffer: integers, given or derived (in declaration order)
+            buffers[b.name] = _index_buffer(program, b, inputs, buffers, sizes)
+        elif b.role == "input":
             arr = np.asarray(inputs[b.name], dtype=np.float64)
             if arr.shape != shape:
                 raise ValueError(f"input {b.name} has shape {arr.shape}, expected {shape}")
@@ -116,11 +122,36 @@ def run_loops(
     run.counts = counts if counts is not None else {}
     run.counts.setdefault("iterations", 0)
     run.counts.setdefault("loads", 0)
+    env: dict[str, Any] = dict(sizes)
+    for b in program.buffers:
+        if b.bound is not None:
+            env[LOOKUP_ENV + b.name] = _lookup(run, b.name)
     with np.errstate(all="ignore"):
         for k in program.kernels:
-            _run_kernel(run, k.body, dict(sizes))
+            _run_kernel(run, k.body, dict(env))
     roles = ("output", "local", "temp") if temps else ("output", "local")
     return {b.name: buffers[b.name] for b in program.by_role(*roles)}
+
+
+def _index_buffer(program: LoopProgram, b: Any, inputs: Mapping[str, Any], buffers: dict[str, np.ndarray],
+                  sizes: Mapping[str, int]) -> np.ndarray:
+    """An index buffer's int64 entries: the caller's, or derived from an earlier one as a call derives them."""
+    if not b.derived:
+        return np.asarray(inputs[b.name], dtype=np.int64)
+    fn, src = b.derived
+    op, bound = program.buffer(src).bound  # type: ignore[union-attr]
+    h = int(bound.evaluate(sizes)) - (1 if op == "<" else 0)
+    return rows_of(buffers[src], h) if fn == "rows" else inverse_index(buffers[src], h)[fn == "inverse_perm"]
+
+
+def _lookup(run: "_Run", name: str) -> Any:
+    """Reads of an index buffer inside index expressions, bounds-checked like every load."""
+    def read(idx: list) -> int:
+        key = run.index(name, [Affine.constant(int(i)) for i in idx], {})
+        run.counts["loads"] = run.counts.get("loads", 0) + 1
+        return int(run.buffers[name][key])
+
+    return read
 
 
 def _run_kernel(run: _Run, body: tuple[Stmt, ...], env: dict) -> None:

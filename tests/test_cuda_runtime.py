@@ -68,7 +68,18 @@ def host(value):
 
 
 def reference(program, inputs):
-    return tcc.run(program, {k: np.asarray(v, np.float64) for k, v in inputs.items()})
+    return tcc.run(program, {k: v if v.dtype.kind == "i" else np.asarray(v, np.float64) for k, v in inputs.items()})
+
+
+def index_uploads(program, inputs):
+    """The host-to-device copies of a call's index arrays (given, and derived by the call): index
+    inputs are NumPy arrays even when everything else lives on the device (docs/runtime.md)."""
+    p = tcc.transform(program, "infer-ranges")
+    sizes = tcc.compile(p, target="cuda-sim").bind(inputs)[0]
+    from tcc.index_inputs import check_index_inputs
+
+    arrays = check_index_inputs(p, inputs, sizes)
+    return sorted(("htod", a.nbytes) for a in arrays.values())
 
 
 def assert_close(got, want, dtype="float64"):
@@ -77,7 +88,7 @@ def assert_close(got, want, dtype="float64"):
 
 def programs(path):
     p = tcc.transform(tcc.parse(path), "infer-ranges")
-    return [p] + [tcc.grad(p, of=of, wrt=[d.name for d in p.inputs]) for of in p.results()]
+    return [p] + [tcc.grad(p, of=of, wrt=[d.name for d in p.inputs if not d.is_index]) for of in p.results()]
 
 
 def expected_launches(f, sizes):
@@ -165,17 +176,19 @@ def test_every_example_and_gradient_float64_numpy_gpuarray_and_cai(fake, path):
         assert_close(got, want)
         assert [(l.symbol, l.grid, l.block) for l in fake.launches] == expected_launches(f, sizes)
 
-        device = {k: fake.gpuarray.to_gpu(v) for k, v in inputs.items()}
+        on_host = {d.name for d in program.inputs if d.is_index}  # validated on the host, then uploaded
+        uploads = index_uploads(program, inputs) if on_host else []
+        device = {k: v if k in on_host else fake.gpuarray.to_gpu(v) for k, v in inputs.items()}
         fake.transfers.clear()
         got = f(**device)
-        assert fake.transfers == [], "device inputs were copied"
+        assert sorted(fake.transfers) == uploads, "device inputs were copied"
         assert all(isinstance(v, fake.gpuarray.GPUArray) for v in got.values())
         assert_close(got, want)
 
-        other = {k: CAIArray(fake, v) for k, v in inputs.items()}
+        other = {k: v if k in on_host else CAIArray(fake, v) for k, v in inputs.items()}
         fake.transfers.clear()
         got = f(**other)
-        assert fake.transfers == [] and all(isinstance(v, fake.gpuarray.GPUArray) for v in got.values())
+        assert sorted(fake.transfers) == uploads and all(isinstance(v, fake.gpuarray.GPUArray) for v in got.values())
         assert_close(got, want)
 
 

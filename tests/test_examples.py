@@ -18,7 +18,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 
 def _of_and_wrt(program):
     of = program.results()[0]
-    wrt = [decl.name for decl in program.inputs]
+    wrt = [decl.name for decl in program.inputs if not decl.is_index]
     return of, wrt
 
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 
 import tcc
 from tcc.ir.diagnostics import TccError
+from tcc.index_inputs import random_index_inputs
 from tcc.interpreter import evaluate
 from tcc.ir.loops import For, LoopProgram
 from tcc.ir.loops_parser import parse_loop_program
@@ -44,9 +45,12 @@ PIPELINES = [
 
 def random_inputs(program, sizes=SIZES, seed=0):
     rng = np.random.default_rng(seed)
-    return {
-        d.name: rng.uniform(0.25, 0.75, tuple(int(e.evaluate(sizes)) for e in d.extents)) for d in program.inputs
+    sizes = {**{s: 3 for s in program.sizes()}, **sizes}  # the examples' other sizes (v, d, nnz, ...)
+    out = {
+        d.name: rng.uniform(0.25, 0.75, tuple(int(e.evaluate(sizes)) for e in d.extents))
+        for d in program.inputs if not d.is_index
     }
+    return {**out, **random_index_inputs(program, sizes, rng)}
 
 
 def lower(program, passes: str) -> LoopProgram:
@@ -85,8 +89,8 @@ def depth(stmts) -> int:
 def _programs(path: Path):
     """An example, its gradient (first result, every input) and a second derivative."""
     p = run_pipeline(tcc.parse(path), "infer-ranges")
-    g = tcc.grad(p, of=p.results()[0], wrt=[d.name for d in p.inputs])
-    h = tcc.grad(g, of=g.results()[0], wrt=[g.inputs[0].name])
+    g = tcc.grad(p, of=p.results()[0], wrt=[d.name for d in p.inputs if not d.is_index])
+    h = tcc.grad(g, of=g.results()[0], wrt=[next(d.name for d in g.inputs if not d.is_index)])
     return [("f", p), ("grad", g), ("grad2", h)]
 
 

@@ -44,7 +44,7 @@ def generate_ptx(program, arch: str = "sm_80", dtype: str = "float64", ptx: int 
 
 def gradients(path: pathlib.Path):
     p = tcc.transform(tcc.parse(path), "infer-ranges")
-    return [tcc.grad(p, of=of, wrt=[d.name for d in p.inputs]) for of in p.results()]
+    return [tcc.grad(p, of=of, wrt=[d.name for d in p.inputs if not d.is_index]) for of in p.results()]
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, Sum, Unary, Where, postorder
-from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Mod, Not, Or
+from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or
 from tcc.ir.index_range import check_index_range
 
 from ..vector_math import emit_exp, emit_tanh
@@ -158,6 +158,8 @@ class ExprLowering:
             if v is None:
                 raise TccError(f"index name '{atom}' is not bound in {self.where}")
             return v
+        if isinstance(atom, Lookup):  # an entry of an index input: an i64 load (validated on entry, never written)
+            return self.b.load(self.address(atom.tensor, atom.indices, idx, I64), typ=I64)
         b = self.b
         num = self.affine(atom.num, idx)
         d = atom.den
@@ -193,8 +195,9 @@ class ExprLowering:
             return b.not_(self.cond(c.part, idx))
         raise TccError(f"not an index condition in {self.where}: {c!r}")
 
-    def address(self, name: str, indices: tuple[Affine, ...], idx: Mapping[str, ir.Value]) -> ir.Value:
-        """Row-major element address; a 0-d buffer is its one element."""
+    def address(self, name: str, indices: tuple[Affine, ...], idx: Mapping[str, ir.Value], etype: ir.Type | None = None) -> ir.Value:
+        """Row-major element address (of ``etype`` elements: the float type, or i64 for an index input);
+        a 0-d buffer is its one element."""
         entry = self.bufs.get(name)
         if entry is None:
             raise TccError(f"'{name}' is not a buffer of the program ({self.where})")
@@ -206,7 +209,7 @@ class ExprLowering:
         lin = self.affine(indices[0], idx)
         for dim, ix in zip(self.dims[name], indices[1:]):
             lin = self.iadd(self.imul(lin, dim), self.affine(ix, idx))
-        return self.b.gep(ptr, [lin], inbounds=True, source_etype=self.elt)
+        return self.b.gep(ptr, [lin], inbounds=True, source_etype=etype or self.elt)
 
     # -- scalar expressions -----------------------------------------------
     def expr(self, e: Expr, idx: Mapping[str, ir.Value], scalars: Scalars) -> ir.Value:

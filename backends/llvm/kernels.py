@@ -15,7 +15,7 @@ from typing import Mapping
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Access, Expr, Where, format_matrix_call, postorder, transform
 from tcc.ir.index import Affine
-from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, stmt_exprs, walk_stmts
+from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, lookup_tensors, stmt_exprs, walk_stmts
 
 __all__ = ["band_extents", "cuda_refusal", "grid_band", "kernel_buffers", "kernel_shape", "kernel_symbol"]
 
@@ -88,6 +88,7 @@ def kernel_buffers(program: LoopProgram, kernel: Kernel) -> tuple[tuple[int, Buf
         for e in stmt_exprs(s):
             # a 0-d read may be a let or local rather than a buffer: an extra buffer is harmless
             names.update(n.tensor for n in postorder(e) if isinstance(n, Access))
+    names |= lookup_tensors(kernel.body)  # index inputs read inside index expressions
     return tuple((k, b) for k, b in enumerate(program.buffers) if b.name in names)
 
 

@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Access, postorder
-from tcc.ir.index import Affine, FloorDiv, Mod
+from tcc.ir.index import Affine, FloorDiv, Mod, atom_names
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 
 from ..target import DTYPES
@@ -226,7 +226,7 @@ class _KernelLowering(KernelEntries, ExprLowering):
             last = n.indices[-1]
             if var in last.names():
                 inside_division = any(
-                    isinstance(a, (FloorDiv, Mod)) and var in a.num.names() for a in last.atoms()
+                    not isinstance(a, str) and var in atom_names(a) for a in last.atoms()
                 )
                 if abs(last.coeff(var)) > 2 or inside_division:
                     return ()

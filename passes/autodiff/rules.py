@@ -219,6 +219,9 @@ def check_arguments(program: Program, of: str, wrt: Sequence[str]) -> Definition
             if program.definition(x) is not None:
                 raise TccError(f"'{x}' is a definition; --wrt takes inputs of the program")
             raise TccError(f"no input named '{x}'")
+        if program.input(x).is_index:
+            raise TccError(f"'{x}' is an index input: its entries are integers, and nothing is differentiated "
+                           "with respect to them")
     if len(set(wrt)) != len(wrt):
         raise TccError("--wrt names an input twice")
     for d in program.definitions:

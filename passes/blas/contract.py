@@ -37,7 +37,7 @@ from fractions import Fraction
 
 from tcc.ir.contraction import CONTRACT, check_spec, groups
 from tcc.ir.expr import Access, Binary, Expr, MatrixFn, Sum
-from tcc.ir.index import Affine, Compare
+from tcc.ir.index import Affine, Compare, of_sizes
 
 __all__ = ["COPY_COST", "contraction", "needs_copy"]
 
@@ -80,7 +80,7 @@ def _peel(body: Expr, sizes: set[str], facts) -> tuple[dict[str, Affine], Expr] 
     ext: dict[str, Affine] = {}
     zero = Affine.constant(0)
     while isinstance(body, Sum):
-        if body.lo != (zero,) or len(body.hi) != 1 or not set(body.hi[0].names()) <= sizes:
+        if body.lo != (zero,) or len(body.hi) != 1 or not of_sizes(body.hi[0], sizes):
             return None
         q = body.hi[0] + 1
         if body.var in ext or not facts.implies(Compare(">=", q, zero)):

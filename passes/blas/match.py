@@ -20,7 +20,7 @@ from tcc.ir.expr import (
     transform,
 )
 from tcc.ir.substitution import substitute
-from tcc.ir.index import Affine, Compare
+from tcc.ir.index import Affine, Compare, of_sizes
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program
 
@@ -231,7 +231,7 @@ class Rewriter:
         inner = e.body
         assert isinstance(inner, Sum)
         i, j = e.var, inner.var
-        if e.lo != (Affine.constant(0),) or len(e.hi) != 1 or not set(e.hi[0].names()) <= self.sizes:
+        if e.lo != (Affine.constant(0),) or len(e.hi) != 1 or not of_sizes(e.hi[0], self.sizes):
             return None
         if any(i in b.names() for b in inner.lo + inner.hi):
             return None
@@ -253,7 +253,7 @@ class Rewriter:
         product.  Returns the access ``<D>_mm[x, 0]`` that replaces ``s``, or ``None``."""
         if not isinstance(s, Sum) or len(s.hi) != 1 or s.lo != (Affine.constant(0),):
             return None
-        if not set(s.hi[0].names()) <= self.sizes:
+        if not of_sizes(s.hi[0], self.sizes):
             return None
         z, q = s.var, s.hi[0] + 1
         if not self.facts.implies(Compare(">=", q, Affine.constant(0))):
@@ -300,7 +300,7 @@ class Rewriter:
         s = sums[0]
         at = outer.index(s)
         zero = Affine.constant(0)
-        if s.lo != (zero,) or len(s.hi) != 1 or not set(s.hi[0].names()) <= self.sizes:
+        if s.lo != (zero,) or len(s.hi) != 1 or not of_sizes(s.hi[0], self.sizes):
             raise _NoMatch
         q = s.hi[0] + 1
         if not self.facts.implies(Compare(">=", q, zero)):

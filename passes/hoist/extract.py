@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Binary, Const, Expr, Unary, fresh_name, postorder
-from tcc.ir.index import Affine, Compare, make_and, negate
+from tcc.ir.index import Affine, Compare, make_and, negate, of_sizes
 from tcc.ir.loop_analysis import affine_names, expr_names, outer_writes, read_names, stored_buffers
 from tcc.ir.loops import Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.polyhedra import Facts, program_facts
@@ -108,8 +108,8 @@ class Extract:
         shape: list[Affine] = []
         index: list[Affine] = []
         for l in kept:
-            lo = next((b for b in l.lo if set(b.names()) <= self.sizes), None)
-            hi = next((b for b in l.hi if set(b.names()) <= self.sizes), None)
+            lo = next((b for b in l.lo if of_sizes(b, self.sizes)), None)
+            hi = next((b for b in l.hi if of_sizes(b, self.sizes)), None)
             if lo is None or hi is None:
                 return None  # no box around a triangular range
             extent = hi - lo + 1

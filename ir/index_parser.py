@@ -1,0 +1,107 @@
+"""Index inputs: the part of the recursive-descent parser that reads ``index`` lines and indirect reads (issue 15).
+
+    stmt       := 'index' idecl (',' idecl)*
+    idecl      := NAME ('[' index (',' index)* ']')? ('<' | '<=') index ('=' DERIVED '(' NAME ')')?
+    ifactor    := ... | NAME '[' index (',' index)* ']'      # NAME declared by 'index'
+
+``index tok[n] < v`` declares an integer input whose entries lie in
+``0..v - 1`` (``<= nnz``: ``0..nnz``).  A read of it is an index expression:
+it may stand inside the brackets of another read (``emb[tok[i], j]``,
+``x[perm[i] + 1]``) or in a sum bound (``sum[k: ptr[i]..ptr[i + 1] - 1]``),
+and is a :class:`~tcc.ir.index.Lookup` atom carrying the declared bound.
+An index array must be declared before its first read: the atom needs its
+bound.  A mixin of :class:`tcc.ir.parser.Parser`, kept apart because the
+parser module is at its size limit.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .index import Affine, Lookup, format_affine
+from .program import DERIVED_INDEX, TensorDecl
+
+__all__ = ["IndexDeclarations"]
+
+
+class IndexDeclarations:
+    """``index`` declarations and ``tok[...]`` inside index expressions, over the host parser's cursor."""
+
+    # provided by the parser this is mixed into
+    peek: Any
+    expect: Any
+    advance: Any
+    name: Any
+    error: Any
+    unexpected: Any
+    index: Any
+    index_list: Any
+    record: Any
+    size_names: set[str]
+    index_arrays: dict[str, tuple[Affine, TensorDecl, Any]]  # name -> (largest entry, declaration, bound token)
+
+    def index_declarations(self, st: Any, _word: Any = None) -> None:
+        """The declarations after ``index``: inputs like ``input``'s, each with its bound."""
+        while True:
+            ntok, decl = self.index_declaration(set(st.declared) | set(st.defs))
+            st.declared[ntok.value] = ntok
+            st.inputs.append(decl)
+            st.shapes[ntok.value] = decl.extents
+            if not self.peek().is_op(","):
+                break
+            self.advance()
+
+    def index_declaration(self, taken: "set[str]") -> tuple[Any, TensorDecl]:
+        """One ``NAME[extents] < BOUND`` (``<=``), remembered so that later index expressions may read it."""
+        ntok = self.name("an index array name")
+        if ntok.value in taken:
+            raise self.error(f"'{ntok.value}' is already declared", ntok)
+        extents: tuple[Affine, ...] = self.index_list() if self.peek().is_op("[") else ()
+        op = self.peek()
+        if not op.is_op("<", "<="):
+            raise self.unexpected(f"'<' or '<=' and the bound of index array '{ntok.value}'", op)
+        self.advance()
+        btok = self.peek()
+        bound = self.index()
+        if any(not isinstance(a, str) for a in bound.atoms()):
+            raise self.error(f"the bound of index array '{ntok.value}' must be affine in sizes", btok)
+        derived = self.derivation() if self.peek().is_op("=") else None
+        decl = TensorDecl(ntok.value, extents, ntok.loc, (op.value, bound), derived)
+        self.size_names.update(n for e in extents for n in e.names())
+        self.index_arrays[ntok.value] = (decl.index_hi, decl, btok)
+        return ntok, decl
+
+    def derivation(self) -> tuple[str, str]:
+        """``= inverse_ptr(tok)``: an index array the call computes from the earlier index array ``tok``."""
+        self.advance()
+        ftok = self.peek()
+        if ftok.kind != "NAME" or ftok.value not in DERIVED_INDEX:
+            raise self.unexpected(f"one of {', '.join(DERIVED_INDEX)}", ftok)
+        self.advance()
+        self.expect("(")
+        stok = self.name("an index array name")
+        if stok.value not in self.index_arrays:
+            raise self.error(f"'{stok.value}' is not an index array declared before this line", stok)
+        self.expect(")")
+        return ftok.value, stok.value
+
+    def lookup(self, tok: Any) -> Affine:
+        """``tok[i]`` in an index expression: a :class:`Lookup` atom; any other read there is an error."""
+        hi = self.index_arrays.get(tok.value, (None,))[0]
+        if hi is None or not self.peek(1).is_op("["):
+            raise self.error(f"'{tok.value}{self.peek(1).value}...' is a value, but index expressions (bounds, "
+                             "extents, index conditions) are integers: compare values in where(...)"
+                             + ("" if hi is not None else "; an array read inside an index must be declared with "
+                                "'index' before it is read"), tok)
+        self.advance()
+        atom = Lookup(tok.value, self.index_list(), hi)
+        self.record(atom, tok)  # where the read is, for out-of-bounds reports (ir/bounds.py)
+        return Affine.atom(atom)
+
+    def check_index_bounds(self, st: Any, sizes: set[str]) -> None:
+        """Every name in an index array's bound is a size (bound from some input's shape)."""
+        for _, decl, btok in self.index_arrays.values():
+            for n in decl.bound[1].names():
+                if n not in sizes:
+                    raise self.error(
+                        f"the bound {format_affine(decl.bound[1])} of index array '{decl.name}' uses '{n}', "
+                        f"which is not a size of any input (sizes: {', '.join(sorted(sizes)) or 'none'})", btok)
