@@ -20,10 +20,7 @@ import ctypes
 import functools
 import threading
 
-import llvmlite.binding as llvm
 import numpy as np
-
-from .llvm.machines import initialize_host, new_host_target_machine
 
 __all__ = ["place_stable"]
 
@@ -56,7 +53,15 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=1)
 def _compiled() -> tuple[object, object]:
-    """The engine (kept alive with the function) and the function, compiled on first use."""
+    """The engine (kept alive with the function) and the function, compiled on first use.
+
+    llvmlite is imported here, not with the module: the runtime imports this module, and
+    importing the runtime must not load a code generator (tests/test_pipeline.py).
+    """
+    import llvmlite.binding as llvm
+
+    from .llvm.machines import initialize_host, new_host_target_machine
+
     with _LOCK:
         initialize_host()
         mod = llvm.parse_assembly(_IR)
