@@ -95,6 +95,20 @@ def test_quadratic_form_gradient_is_two_blas_calls():
     assert_matches_interpreter(g, {"n": 5}, target="cuda-sim")
 
 
+def test_quadratic_form_value_and_gradient_share_a_x():
+    """value=True: f = x^T (A x) and df * (A^T x + A x) need A x once -- two gemv calls in all, as the
+    peers' x @ (A @ x) and its vjp; the seed df scales the products instead of a copy of x."""
+    g = tcc.grad(str(ROOT / "examples" / "quadratic_form.tcc"), "f", "x", value=True)
+    f = tcc.compile(g)
+    assert _externs(f) == ["extern matmul(A, f_rhs) -> f_mm", "extern matmul(transpose(A), f_rhs) -> dx_mm"]
+    for n in (0, 1, 2, 11, 200):
+        for dtype in ("float64", "float32"):
+            assert_matches_interpreter(g, {"n": n}, dtype, threads=2)
+    assert_matches_interpreter(g, {"n": 5}, target="cuda-sim")
+    for r in tcc.check(g, "dx", "x", sizes={"n": 4}):
+        assert r.ok, str(r)
+
+
 def test_derivatives_through_the_rewritten_program():
     text = HEAD + "y[i] = sum[j](A[i, j] * x[j])\ng[j] = sum[i](w[i] * A[i, j])\nf = sum[i](y[i] * y[i]) + sum[j](g[j] * x[j])\n"
     rewritten = tcc.transform(text, ALWAYS)

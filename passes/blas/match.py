@@ -108,6 +108,7 @@ class Rewriter:
         self.taken = program.names_in_use()
         # outlined sides by (body over canonical index names, extents): an equal one is reused
         self.outlined: dict[tuple, str] = {}
+        self.products: dict[tuple, str] = {}  # (matmul body, rows) -> the matrix-vector product computing it
         self.canon: tuple[Affine, ...] = ()
         self.made: dict[str, tuple[Affine, ...]] = {}  # extents of the outlined sides (not in program)
 
@@ -273,18 +274,23 @@ class Rewriter:
                 k += 1
         if any(set(free_names(f)) - self.sizes - {x, z} for f in factors):
             return None  # a factor on a bound variable of an inner sum
-        scale = [f for f in factors if x in free_names(f) and z not in free_names(f)]
+        # a factor free of z (on x, or a scalar such as a seed `df`) scales the product outside the call:
+        # inside the outlined vector it would make `df * x[z]` a side of its own, which `reuse` cannot
+        # share with the plain `x[z]` of the value's product (the quadratic form's third gemv)
+        scale = [f for f in factors if z not in free_names(f)]
         mat = [f for f in factors if x in free_names(f) and z in free_names(f)]
-        vec = [f for f in factors if x not in free_names(f)]
+        vec = [f for f in factors if x not in free_names(f) and z in free_names(f)]
         matrix = self.plain(mat, False, x, z, (p, q))
         if matrix is None or not any(z in free_names(f) for f in vec):
             return None  # an outlined matrix would cost as much memory traffic as the loops
         u = self.fresh("_u")
         one = Affine.constant(1)
-        name = self.fresh(f"{d.name}_mm")
         rhs = self.outline(d, vec, negated, (z, u), (q, one), ((), ()), "rhs", out)
         body = MatrixFn("matmul", matrix[0], rhs[0], transposed=(matrix[1], rhs[1]))
-        out.append(Definition(name, (x, u), body, (p, one), d.loc))
+        name = self.products.get((body, p))
+        if name is None:  # the quadratic form's value and gradient both need A x: one gemv
+            name = self.products[(body, p)] = self.fresh(f"{d.name}_mm")
+            out.append(Definition(name, (x, u), body, (p, one), d.loc))
         return _product([Access(name, (Affine.var(x), Affine.constant(0)))] + scale, False)
 
     def contraction(self, d: Definition) -> tuple[list[Expr], bool, Sum]:
