@@ -3,11 +3,12 @@
 Compiled code reads ``emb[tok[i], j]`` without a bounds check: the prover
 showed it in bounds *given* the declared range of ``tok``'s entries, so that
 range is a promise the caller makes, and every call -- compiled or
-interpreted -- checks it on entry, before any kernel runs.  An array that
-bounds a sum (``sum[k: ptr[i]..ptr[i + 1] - 1]``) must also be
-nondecreasing along its last axis: out-of-order CSR row pointers would not
-read out of bounds (the prover does not need it), but they would silently
-drop non-zeros, so they are refused as the data error they are.
+interpreted -- checks it on entry, before any kernel runs, on a private
+copy that the kernels then read.  A row pointer (consecutive entries
+bounding a sum, ``sum[k: ptr[i]..ptr[i + 1] - 1]``) must also be
+nondecreasing along the axis it steps along: out-of-order CSR row pointers
+would not read out of bounds (the prover does not need it), but they would
+silently drop non-zeros, so they are refused as the data error they are.
 
 Index inputs must hold integers (any NumPy integer dtype: int32 and int64
 alike, unsigned too; booleans and floats are refused); they are passed to
@@ -33,24 +34,56 @@ __all__ = ["sum_bound_arrays", "check_index_input", "check_index_inputs", "rando
            "inverse_index"]
 
 
-def sum_bound_arrays(program: Program) -> frozenset[str]:
-    """Index arrays read in a sum's (or max/min reduction's) bounds, or whose ``rows(...)`` the program
-    derives: the ones that must be monotone (row pointers)."""
-    out: set[str] = {d.derived[1] for d in program.derived_inputs() if d.derived[0] == "rows"}  # type: ignore[index]
+def sum_bound_arrays(program: Program) -> dict[str, frozenset[int]]:
+    """Row-pointer index arrays and the axes along which they must be nondecreasing.
+
+    An array is a row pointer along axis ``a`` where a sum's (or max/min
+    reduction's) range runs from one of its entries to the next along ``a``,
+    ``sum[k: P[.., e, ..]..P[.., e + 1, ..] - 1]`` (CSR's ``ptr[i]..ptr[i + 1] - 1``),
+    or where the program derives ``rows(P)`` (axis 0).  Out of order, such
+    pointers would silently drop non-zeros, so the call refuses them.  Arrays
+    read in bounds otherwise (separate start and stop arrays) need no order:
+    a range that is empty sums to 0.
+    """
+    out: dict[str, set[int]] = {}
+    for d in program.derived_inputs():
+        if d.derived[0] == "rows":  # type: ignore[index]
+            out.setdefault(d.derived[1], set()).add(0)  # type: ignore[index]
     for d in program.definitions:
         for node in postorder(d.body):
-            if isinstance(node, RANGED):
-                out.update(lk.tensor for b in node.lo + node.hi for lk in lookups(b))
-    return frozenset(out)
+            if not isinstance(node, RANGED):
+                continue
+            for start in (lk for lo in node.lo for lk in lookups(lo)):
+                for stop in (lk for hi in node.hi for lk in lookups(hi)):
+                    axis = _next_entry_axis(start, stop)
+                    if axis is not None:
+                        out.setdefault(start.tensor, set()).add(axis)
+    return {name: frozenset(axes) for name, axes in out.items()}
+
+
+def _next_entry_axis(start: Any, stop: Any) -> int | None:
+    """The axis ``a`` where ``stop`` reads the entry after ``start``'s (same array, indices equal but
+    ``stop``'s is ``start``'s + 1 at ``a``), else ``None``."""
+    if start.tensor != stop.tensor or len(start.indices) != len(stop.indices):
+        return None
+    differ = [a for a, (x, y) in enumerate(zip(start.indices, stop.indices)) if x != y]
+    if len(differ) != 1:
+        return None
+    step = stop.indices[differ[0]] - start.indices[differ[0]]
+    return differ[0] if step.is_constant and step.const == 1 else None
 
 
 def _at(name: str, pos: tuple[int, ...]) -> str:
     return f"{name}[{', '.join(str(p) for p in pos)}]"
 
 
-def check_index_input(decl: TensorDecl, value: Any, sizes: Mapping[str, int], monotone: bool) -> np.ndarray:
+def check_index_input(decl: TensorDecl, value: Any, sizes: Mapping[str, int],
+                      monotone: frozenset[int] = frozenset()) -> np.ndarray:
     """``value`` as a C-contiguous int64 array, or a CallError saying which entry breaks the declaration."""
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    # a private copy, validated and then used: a caller that changes its array later -- even while the
+    # call runs, from another thread -- cannot reach the kernels or the cache with an unchecked entry;
+    # np.asarray also takes a subclass by its raw data (a masked array's masked entries are entries)
+    arr = np.array(np.asarray(value), order="C", copy=True)
     if arr.dtype.kind not in "iu":
         raise CallError(f"index input '{decl.name}' must be an integer array (int64 or int32), got dtype {arr.dtype}")
     op, bound = decl.bound  # type: ignore[misc]
@@ -61,14 +94,17 @@ def check_index_input(decl: TensorDecl, value: Any, sizes: Mapping[str, int], mo
         pos = tuple(int(p) for p in np.argwhere(bad)[0])
         raise CallError(f"index input '{decl.name}' has {_at(decl.name, pos)} = {int(arr[pos])}, outside its declared "
                         f"range 0..{hi} ({decl.name} {text})")
-    out = np.ascontiguousarray(arr, dtype=np.int64)
-    if monotone and out.ndim and out.shape[-1] > 1:
-        down = out[..., 1:] < out[..., :-1]
+    out = arr.astype(np.int64, copy=False)
+    for axis in sorted(monotone):
+        if out.shape[axis] < 2:
+            continue
+        down = np.diff(out, axis=axis) < 0
         if down.any():
             pos = tuple(int(p) for p in np.argwhere(down)[0])
-            nxt = pos[:-1] + (pos[-1] + 1,)
-            raise CallError(f"index input '{decl.name}' bounds a sum, so it must be nondecreasing along its last "
-                            f"axis, but {_at(decl.name, pos)} = {int(out[pos])} > {_at(decl.name, nxt)} = {int(out[nxt])}")
+            nxt = pos[:axis] + (pos[axis] + 1,) + pos[axis + 1:]
+            along = "its last axis" if axis == out.ndim - 1 else f"axis {axis}"
+            raise CallError(f"index input '{decl.name}' bounds a sum, so it must be nondecreasing along {along}, "
+                            f"but {_at(decl.name, pos)} = {int(out[pos])} > {_at(decl.name, nxt)} = {int(out[nxt])}")
     return out
 
 
@@ -76,7 +112,8 @@ def check_index_inputs(program: Program, arrays: Mapping[str, Any], sizes: Mappi
     """Every index input of ``program`` checked (:func:`check_index_input`), by name, and the
     index arrays the program derives from them (:func:`derive_index_arrays`) added."""
     monotone = sum_bound_arrays(program)
-    out = {d.name: check_index_input(d, arrays[d.name], sizes, d.name in monotone) for d in program.index_inputs()}
+    out = {d.name: check_index_input(d, arrays[d.name], sizes, monotone.get(d.name, frozenset()))
+           for d in program.index_inputs()}
     return derive_index_arrays(program, out, sizes)
 
 
@@ -127,7 +164,7 @@ def derive_index_arrays(program: Program, arrays: dict[str, np.ndarray], sizes: 
 
 def random_index_inputs(program: Program, sizes: Mapping[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Valid random entries for every index input (finite-difference checks, tests): uniform in the
-    declared range, sorted along the last axis where the array bounds a sum (a CSR row pointer)."""
+    declared range, sorted (as one flat sequence) where the array is a row pointer (:func:`sum_bound_arrays`)."""
     monotone = sum_bound_arrays(program)
     out: dict[str, np.ndarray] = {}
     for d in program.index_inputs():
@@ -137,7 +174,8 @@ def random_index_inputs(program: Program, sizes: Mapping[str, int], rng: np.rand
             raise TccError(f"no valid entries for index input '{d.name}' at these sizes: it has {int(np.prod(shape))} "
                            f"entries, which must lie in 0..{hi}")
         arr = rng.integers(0, max(hi, 0) + 1, size=shape, dtype=np.int64)
-        out[d.name] = np.sort(arr, axis=-1) if d.name in monotone and arr.ndim else arr
+        # sorted as one flat sequence: then every axis is nondecreasing, whichever the program steps along
+        out[d.name] = np.sort(arr, axis=None).reshape(shape) if monotone.get(d.name) else arr
     return out
 
 
@@ -173,10 +211,9 @@ class IndexCache:
         if last is not None and last[0] == key and all(_equal(arrays[n], last[1][n]) for n in names):
             return dict(last[1])
         out = check_index_inputs(program, arrays, sizes)
-        kept = {n: (a.copy() if n in names else a) for n, a in out.items()}  # the caller may change its arrays later
-        with self._lock:
-            self._last = (key, kept)
-        return dict(kept)
+        with self._lock:  # the validated arrays are private copies (check_index_input): later changes cannot reach them
+            self._last = (key, out)
+        return dict(out)
 
 
 def _equal(given: Any, kept: np.ndarray) -> bool:

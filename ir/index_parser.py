@@ -55,7 +55,10 @@ class IndexDeclarations:
         ntok = self.name("an index array name")
         if ntok.value in taken:
             raise self.error(f"'{ntok.value}' is already declared", ntok)
-        extents: tuple[Affine, ...] = self.index_list() if self.peek().is_op("[") else ()
+        if not self.peek().is_op("["):  # inside brackets a bare name is an index variable, so a scalar could never be read
+            raise self.unexpected(f"the extents of index array '{ntok.value}' ('{ntok.value}[1] < ...' for one integer, "
+                                  f"read as {ntok.value}[0])", self.peek())
+        extents: tuple[Affine, ...] = self.index_list()
         op = self.peek()
         if not op.is_op("<", "<="):
             raise self.unexpected(f"'<' or '<=' and the bound of index array '{ntok.value}'", op)

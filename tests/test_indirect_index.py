@@ -490,3 +490,44 @@ def test_equal_index_inputs_reuse_the_inverse_index_and_changed_ones_rebuild_it(
     short = tok[:7] % 50
     np.testing.assert_allclose(g(tok=short, emb=emb, dy=dy[:7])["demb"], want(short), rtol=1e-13)
     assert len(built) == 4
+
+
+def test_validation_reads_the_raw_data_of_a_private_copy() -> None:
+    """A masked array's masked entries are entries (checked, not skipped); the call validates and uses
+    its own copy, so an array changed after a call -- in place, even to an invalid value -- is
+    validated again rather than served from the cache."""
+    f = tcc.compile(EMB)
+    emb = np.arange(6.0).reshape(3, 2)
+    e = error_of(f, tok=np.ma.array([1, 10**9], mask=[False, True]), emb=emb)
+    assert e.message == "index input 'tok' has tok[1] = 1000000000, outside its declared range 0..2 (tok < v = 3)"
+    tok = np.array([2, 0, 1])
+    np.testing.assert_array_equal(f(tok=tok, emb=emb)["y"], emb[tok])
+    tok[1] = 3
+    assert error_of(f, tok=tok, emb=emb).message.startswith("index input 'tok' has tok[1] = 3, outside")
+
+
+def test_a_scalar_index_declaration_is_refused() -> None:
+    """Inside brackets a bare name is an index variable, so a scalar index input could never be read."""
+    e = error_of(tcc.parse, "index s < v\ninput e[v]\ny = e[s]\n")
+    assert (e.loc.line, e.loc.col) == (1, 9)
+    assert e.message == "expected the extents of index array 's' ('s[1] < ...' for one integer, read as s[0]) but found '<'"
+    f = tcc.compile("index s[1] < v\ninput e[v]\ny = e[s[0]]\n")
+    assert f(s=np.array([1]), e=np.array([10.0, 20.0, 30.0]))["y"] == 20.0
+
+
+def test_row_pointers_are_checked_along_the_axis_they_step_along() -> None:
+    """``ptr[i, j]..ptr[i + 1, j] - 1`` steps along axis 0: that one must be nondecreasing, not the last;
+    separate start and stop arrays need no order (an empty range sums to 0)."""
+    cols = "index ptr[m + 1, b] <= nnz\ninput val[nnz]\ny[i, j] = sum[k: ptr[i, j]..ptr[i + 1, j] - 1](val[k])\n"
+    val = np.array([1.0, 2.0, 4.0, 8.0])
+    for target in ("reference", "cpu"):
+        run = (lambda a: tcc.run(cols, a)) if target == "reference" else (lambda a: tcc.compile(cols)(**a))
+        ptr = np.array([[0, 0], [2, 1], [4, 3]])   # decreasing along the last axis: fine
+        np.testing.assert_array_equal(run({"ptr": ptr, "val": val})["y"], [[3.0, 1.0], [12.0, 6.0]])
+        e = error_of(run, {"ptr": np.array([[0, 1], [2, 3], [1, 4]]), "val": val})
+        assert e.message == ("index input 'ptr' bounds a sum, so it must be nondecreasing along axis 0, "
+                             "but ptr[1, 0] = 2 > ptr[2, 0] = 1")
+    segs = "index lo[m] <= nnz, hi[m] <= nnz\ninput val[nnz]\ny[i] = sum[k: lo[i]..hi[i] - 1](val[k])\n"
+    args = {"lo": np.array([2, 0, 3]), "hi": np.array([4, 2, 1]), "val": val}
+    np.testing.assert_array_equal(tcc.compile(segs)(**args)["y"], [12.0, 3.0, 0.0])
+    np.testing.assert_array_equal(tcc.run(segs, args)["y"], [12.0, 3.0, 0.0])
