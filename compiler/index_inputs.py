@@ -84,6 +84,8 @@ def check_index_input(decl: TensorDecl, value: Any, sizes: Mapping[str, int],
     # call runs, from another thread -- cannot reach the kernels or the cache with an unchecked entry;
     # np.asarray also takes a subclass by its raw data (a masked array's masked entries are entries)
     arr = np.array(np.asarray(value), order="C", copy=True)
+    if arr.size == 0 and not isinstance(value, np.ndarray):
+        arr = arr.astype(np.int64)  # an empty list has no integer to show: NumPy calls it float64
     if arr.dtype.kind not in "iu":
         raise CallError(f"index input '{decl.name}' must be an integer array (int64 or int32), got dtype {arr.dtype}")
     op, bound = decl.bound  # type: ignore[misc]

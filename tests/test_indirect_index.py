@@ -504,6 +504,7 @@ def test_validation_reads_the_raw_data_of_a_private_copy() -> None:
     np.testing.assert_array_equal(f(tok=tok, emb=emb)["y"], emb[tok])
     tok[1] = 3
     assert error_of(f, tok=tok, emb=emb).message.startswith("index input 'tok' has tok[1] = 3, outside")
+    assert f(tok=[], emb=emb)["y"].shape == (0, 2)  # an empty list is an empty integer array
 
 
 def test_a_scalar_index_declaration_is_refused() -> None:
