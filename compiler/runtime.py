@@ -547,6 +547,7 @@ def _host_index_array(name: str, value: Any) -> np.ndarray:
     if hasattr(value, "__cuda_array_interface__") or type(value).__module__.split(".")[0] in ("pycuda", "torch", "cupy"):
         raise CallError(f"index input '{name}' must be a NumPy integer array: index inputs are validated on the host")
     try:
-        return np.asarray(value)
+        arr = np.asarray(value)
+        return arr.astype(np.int64) if arr.size == 0 else arr  # an empty list is not float64 data
     except Exception as exc:  # noqa: BLE001 - ragged lists and the like
         raise CallError(f"index input '{name}' must be a NumPy integer array ({exc})") from None
