@@ -65,8 +65,30 @@ def guards(e: Expr) -> tuple[list[Cond], Expr]:
 
 
 def guarded(conds: list[Cond], core: Expr) -> Expr:
-    cond = make_and(conds)
+    """``where(conds, core, 0)``, the conditions that only bound an index-array entry (``ptr_row[k] <=
+    m - 1``: the element is in a row) in an outer ``where`` of their own.
+
+    A condition of a ``where`` is a fact for its branch, not for the other conditions of the same
+    conjunction: ``ptr[ptr_row[k] + 1]`` is in bounds only where ``ptr_row[k] <= m - 1`` holds, so
+    that guard must enclose the comparison that reads it (the prover checks it so, and the code
+    evaluates the inner condition only there).
+    """
+    outer = [c for c in conds if _bounds_an_entry(c)]
+    inner = make_and([c for c in conds if not _bounds_an_entry(c)])
+    if inner is not None:
+        core = Where(inner, core, ZERO)
+    cond = make_and(outer)
     return core if cond is None else Where(cond, core, ZERO)
+
+
+def _bounds_an_entry(c: Cond) -> bool:
+    """``lookup <= sizes`` or ``lookup >= 0``: a bound on one index-array entry that reads nothing else."""
+    if not isinstance(c, Compare) or c.op not in ("<=", ">="):
+        return False
+    lhs = c.lhs - c.rhs
+    lookups_in = [a for a, _ in lhs.terms if isinstance(a, Lookup)]
+    return len(lookups_in) == 1 and all(isinstance(a, str) for a, _ in lhs.terms if not isinstance(a, Lookup)) \
+        and not any(isinstance(a, Lookup) for ix in lookups_in[0].indices for a, _ in ix.terms)
 
 
 def _nonnegative(c: Cond) -> Affine | None:
@@ -124,7 +146,7 @@ class _Inverter:
             node = map_affines(node, self.sorted_entry)
         if not isinstance(node, Sum) or not node.has_range:
             return node
-        out = self.rows_flattened(node) or self.row_of_element(node) or self.row_inside(node) or self.bucket(node)
+        out = self.row_of_element(node) or self.rows_flattened(node) or self.row_inside(node) or self.bucket(node)
         if out is None:
             return node
         return transform(out, self.rewrite) if out is not node else node

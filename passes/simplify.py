@@ -44,7 +44,7 @@ from tcc.ir.expr import (
     transform,
 )
 from tcc.ir.substitution import substitute
-from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Mod, conjuncts, make_and, negate
+from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Lookup, Mod, conjuncts, make_and, negate
 from tcc.ir.constrained_sums import rewrite_indices
 from tcc.ir.polyhedra import Facts, definition_facts, program_facts
 from tcc.ir.program import Program
@@ -233,10 +233,27 @@ def _fold_binary(n: Binary) -> Expr:
 def _fold_where(n: Where) -> Expr:
     if n.then is n.other:
         return n.then
-    if isinstance(n.then, Where) and is_zero(n.other) and is_zero(n.then.other):
+    if isinstance(n.then, Where) and is_zero(n.other) and is_zero(n.then.other) and not _reads_through_entries(n.then.cond):
         cond = make_and([n.cond, n.then.cond])
         return Where(cond, n.then.then, ZERO) if cond is not None else n.then.then
     return n
+
+
+def _reads_through_entries(c: Cond) -> bool:
+    """Whether ``c`` reads an index array at a position that is itself an entry (``ptr[ptr_row[k] + 1]``).
+
+    Such a read is in bounds only under the outer guard on the entry (``ptr_row[k] <= m - 1``, from
+    the inverse-index pass), and a guard is a fact for its branch, not for the other conditions of
+    one conjunction: the two ``where``s stay nested.
+    """
+    return any(isinstance(a, Lookup) for b in _cond_affines(c) for lk, _ in b.terms if isinstance(lk, Lookup)
+               for ix in lk.indices for a, _ in ix.terms)
+
+
+def _cond_affines(c: Cond) -> list[Affine]:
+    if isinstance(c, Compare):
+        return [c.lhs, c.rhs]
+    return [b for p in getattr(c, "parts", (getattr(c, "part", None),)) if p is not None for b in _cond_affines(p)]
 
 
 def _use_divisibility(e: Expr, cond: Cond) -> Expr:

@@ -532,3 +532,27 @@ def test_row_pointers_are_checked_along_the_axis_they_step_along() -> None:
     args = {"lo": np.array([2, 0, 3]), "hi": np.array([4, 2, 1]), "val": val}
     np.testing.assert_array_equal(tcc.compile(segs)(**args)["y"], [12.0, 3.0, 0.0])
     np.testing.assert_array_equal(tcc.run(segs, args)["y"], [12.0, 3.0, 0.0])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gradient_of_a_nonlinear_function_of_a_csr_row_sum(target: str) -> None:
+    """``(row sum)**2`` differentiated inline: the inverse index's guard ``ptr_row[k] <= m - 1`` must
+    enclose the comparisons that read ``ptr[ptr_row[k] + 1]`` (nested wheres, not one conjunction), and
+    ``dval`` reads its own row's sum (the row of an element first) instead of scanning every non-zero."""
+    src = CSR.replace("(val[k] * x[col[k]])\n", "(val[k] * x[col[k]])**2\n")
+    g = tcc.grad(src, of="y", wrt="val,x")
+    assert "sum[k: 0..nnz - 1]" not in str(g).split("dval[dval_0] =")[1].splitlines()[0]
+    rng = np.random.default_rng(6)
+    ptr, col, val = csr(4, 5, [2, 0, 3, 1], rng)
+    col[1] = col[0]                                  # a repeated column in a row
+    x, dy = rng.standard_normal(5), rng.standard_normal(4)
+    rows = np.repeat(np.arange(4), np.diff(ptr))
+    s = np.bincount(rows, val * x[col], minlength=4)
+    want_dval = 2 * dy[rows] * s[rows] * x[col]
+    want_dx = np.zeros(5)
+    np.add.at(want_dx, col, 2 * dy[rows] * s[rows] * val)
+    got = tcc.compile(g, target)(ptr=ptr, col=col, val=val, x=x, dy=dy)
+    np.testing.assert_allclose(got["dval"], want_dval, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(got["dx"], want_dx, rtol=1e-13, atol=1e-13)
+    for r in tcc.check(src, "y", "val,x", target=target, sizes={"m": 3, "n": 4, "nnz": 6}):
+        assert r.ok, str(r)
