@@ -146,7 +146,7 @@ class _Inverter:
             node = map_affines(node, self.sorted_entry)
         if not isinstance(node, Sum) or not node.has_range:
             return node
-        out = self.row_of_element(node) or self.rows_flattened(node) or self.row_inside(node) or self.bucket(node)
+        out = self.row_of_element(node) or self.row_inside(node) or self.rows_flattened(node) or self.bucket(node)
         if out is None:
             return node
         return transform(out, self.rewrite) if out is not node else node
