@@ -45,7 +45,12 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
+_SUBMODULES = ("torch",)  # tcc.torch: imported on first use (it imports PyTorch only when called)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tcc.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tcc' has no attribute '{name}'")

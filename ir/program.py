@@ -33,6 +33,10 @@ def derived_shape(fn: str, src: "TensorDecl") -> tuple[tuple[Affine, ...], tuple
         return (h + 2,), ("<=", n)
     if fn == "inverse_perm":
         return (n,), ("<", n)
+    if src.derived is not None and src.derived[0] == "inverse_ptr":
+        # the buckets of an inverse_ptr (h + 2 entries, first 0, last the length) cover every position:
+        # no entry is "in no row", so the rows are 0..h, not 0..h + 1 (a second derivative reads through them)
+        return (h,), ("<=", n - 2)
     return (h,), ("<=", n - 1)
 
 

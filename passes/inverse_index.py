@@ -142,8 +142,10 @@ class _Inverter:
 
     # -- the rewrites ----------------------------------------------------------
     def rewrite(self, node: Expr) -> Expr:
-        if isinstance(node, Where):  # only in conditions: a read keeps t[...], whose bound proves it in bounds
+        if isinstance(node, Where):  # in conditions; a read keeps t[...], whose bound proves it in bounds,
             node = map_affines(node, self.sorted_entry)
+        elif isinstance(node, Access):  # except inside another lookup, where a guard rewritten above
+            node = map_affines(node, self.nested_sorted_entry)  # must read the same thing to protect it
         if not isinstance(node, Sum) or not node.has_range:
             return node
         out = self.row_of_element(node) or self.row_inside(node) or self.rows_flattened(node) or self.bucket(node)
@@ -166,6 +168,17 @@ class _Inverter:
                     ptr = self.array("inverse_ptr", x.tensor)
                     return self.read("rows", ptr.name, perm.indices[0])
             return Affine.atom(Lookup(x.tensor, inner, x.hi))
+
+        return a.map_atoms(atom) if any(isinstance(t, Lookup) for t, _ in a.terms) else a
+
+    def nested_sorted_entry(self, a: Affine) -> Affine:
+        """:meth:`sorted_entry` inside the indices of ``a``'s lookups, not of ``a`` itself:
+        ``dy[ptr_row[col_perm[col_perm_perm[k]]]]`` reads ``ptr_row[col_perm_ptr_row[k]]``, as its
+        guard ``ptr_row[col_perm_ptr_row[k]] <= m - 1`` does, while ``emb[tok[tok_perm[p]]]`` stays."""
+        def atom(x: object) -> Affine:
+            if isinstance(x, Lookup):
+                return Affine.atom(Lookup(x.tensor, tuple(self.sorted_entry(ix) for ix in x.indices), x.hi))
+            return Affine.atom(x) if not isinstance(x, str) else Affine.var(x)
 
         return a.map_atoms(atom) if any(isinstance(t, Lookup) for t, _ in a.terms) else a
 

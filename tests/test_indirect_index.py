@@ -566,3 +566,17 @@ def test_check_leaves_out_elements_that_are_not_finite() -> None:
     for seed in range(4):  # 2 non-zeros in 3 rows: every draw has an empty row
         for r in tcc.check(src, of="y", wrt="val,x", sizes={"m": 3, "n": 3, "nnz": 2}, seed=seed):
             assert r.ok and np.isfinite(r.max_rel_error), str(r)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_second_derivative_of_the_csr_product_compiles_and_checks(target: str) -> None:
+    """The gradient program differentiated again w.r.t. everything, seed included (what
+    gradgradcheck asks): a sorted entry read inside a guard and inside the read it protects is
+    rewritten alike, and the rows of an inverse_ptr are bounded by its source's bound."""
+    g = tcc.grad(CSR, of="y", wrt="val,x")
+    assert "= rows(col_ptr)" not in str(g) or "<= n - 1 = rows(col_ptr)" in str(g)
+    for of in ("dval", "dx"):
+        for r in tcc.check(g, of, "val,x,dy", target=target, sizes={"m": 4, "n": 3, "nnz": 7}):
+            assert r.ok, str(r)
+    h = tcc.grad(g, of="dx", wrt="val")
+    assert "index col_perm_ptr_row[nnz] <= nnz - 1 = rows(col_perm_ptr)" in str(h)

@@ -1,0 +1,203 @@
+"""``tcc.torch.function``: a tcc program as a differentiable PyTorch function (issue 16).
+
+    f = tcc.torch.function(open("examples/urban.tcc").read())
+    out = f(a=a, b=b, c=c, d=d)              # torch tensors in, {"f": tensor} out
+    out["f"].sum().backward()                # runs tcc's own compiled VJP program
+
+Why it is built this way:
+
+* **The backward is tcc's derivative program, not torch's.**  For each
+  result ``y`` that receives a gradient, the backward calls the program
+  ``tcc.grad(source, of=y, wrt=<the float inputs that need one>)``, compiled
+  once per (result, inputs) set and dtype, with the incoming gradient as its
+  seed ``dy``; the contributions of several results add up.
+* **Any order.**  That derivative program is itself wrapped by this module
+  (:func:`function` of its printed text), so the backward is made of
+  differentiable calls: ``create_graph=True`` records them, and a second
+  backward runs tcc's second-order program (``gradgradcheck`` passes), a
+  third the third-order one, and so on.  Each level is compiled on first use.
+* **No copies on the CPU.**  Tensors are handed to the compiled program as
+  NumPy views (``Tensor.numpy()`` shares memory) and its results come back
+  through ``torch.from_numpy`` (shared too).  Non-contiguous tensors are made
+  contiguous first (a copy torch makes), since compiled code reads C order.
+* **Index inputs** (``index tok[n] < v``) are integer tensors, validated by
+  the compiled program like NumPy arrays, and get no gradient.
+
+Only the CPU targets (``cpu``, ``cuda-sim``) are supported: the cuda target's
+device arrays are PyCUDA's, and passing CUDA tensors through
+``__cuda_array_interface__`` is not built yet (a CUDA tensor is refused
+with a clear error).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+import numpy as np
+
+from tcc.ir.diagnostics import TccError
+
+__all__ = ["function", "TorchFunction"]
+
+_DTYPES = ("float64", "float32")
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is an optional extra
+        raise ImportError("tcc.torch needs PyTorch: pip install 'tcc[torch]' (a CPU build: torch==2.13.0)") from None
+    return torch
+
+
+class TorchFunction:
+    """A tcc program callable on torch tensors by keyword, differentiable by ``torch.autograd``.
+
+    Made by :func:`function`; ``inputs`` and ``results`` name what it takes
+    and returns.  Compiled programs (the forward per dtype, each derivative
+    program on first use) are kept by the instance.
+    """
+
+    def __init__(self, source: Any, dtype: str | None, target: str, threads: int | None) -> None:
+        import tcc
+
+        if target not in ("cpu", "cuda-sim"):
+            raise ValueError(f"tcc.torch.function supports the targets 'cpu' and 'cuda-sim', not {target!r}")
+        if dtype is not None and str(dtype) not in _DTYPES:
+            raise ValueError(f"dtype must be float64, float32 or None (that of the inputs), not {dtype!r}")
+        self.program = tcc.transform(source) if not hasattr(source, "definitions") else source
+        self.dtype = None if dtype is None else str(dtype)
+        self.target = target
+        self.threads = threads
+        self.inputs: tuple[str, ...] = tuple(d.name for d in self.program.caller_inputs())
+        self.index_inputs = frozenset(d.name for d in self.program.inputs if d.is_index)
+        self.results: tuple[str, ...] = tuple(self.program.results())
+        self._compiled: dict[str, Any] = {}
+        self._derivatives: dict[tuple[str, tuple[str, ...]], tuple[TorchFunction, str, tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<tcc.torch.function: inputs {', '.join(self.inputs) or '-'}; results {', '.join(self.results)}>"
+
+    # -- compiled programs -------------------------------------------------
+    def compiled(self, dtype: str) -> Any:
+        import tcc
+
+        with self._lock:
+            if dtype not in self._compiled:
+                self._compiled[dtype] = tcc.compile(self.program, self.target, dtype=dtype, threads=self.threads)
+            return self._compiled[dtype]
+
+    def derivative(self, of: str, wrt: tuple[str, ...]) -> tuple["TorchFunction", str, tuple[str, ...]]:
+        """The VJP of ``of`` w.r.t. ``wrt`` as a TorchFunction, its seed input, and its result per ``wrt``."""
+        import tcc
+
+        key = (of, wrt)
+        with self._lock:
+            if key not in self._derivatives:
+                g = tcc.grad(self.program, of=of, wrt=list(wrt))
+                seed = next(d.name for d in g.caller_inputs() if d.name not in self.inputs)
+                self._derivatives[key] = (TorchFunction(g, self.dtype, self.target, self.threads), seed,
+                                          tuple(g.results()))
+            return self._derivatives[key]
+
+    # -- calls ---------------------------------------------------------------
+    def __call__(self, **tensors: Any) -> dict[str, Any]:
+        torch = _torch()
+        unknown = [n for n in tensors if n not in self.inputs]
+        if unknown:
+            raise TccError(f"unknown input{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                           f"(inputs: {', '.join(self.inputs) or 'none'})")
+        missing = [n for n in self.inputs if n not in tensors]
+        if missing:
+            raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+        for name, t in tensors.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"input '{name}' must be a torch.Tensor, got {type(t).__name__}")
+            if t.device.type != "cpu":
+                raise TccError(f"input '{name}' is on {t.device}: tcc.torch runs CPU tensors only "
+                               "(the cuda target's device arrays are PyCUDA's)")
+        dtype = self.dtype or self._dtype_of(tensors)
+        names = list(self.inputs)
+        outs = _Apply.apply(self, dtype, names, *[tensors[n] for n in names])
+        return dict(zip(self.results, outs))
+
+    def _dtype_of(self, tensors: Mapping[str, Any]) -> str:
+        kinds = {str(t.dtype).replace("torch.", "") for n, t in tensors.items() if n not in self.index_inputs}
+        if not kinds:
+            return "float64"
+        if len(kinds) > 1 or not kinds <= set(_DTYPES):
+            raise TccError(f"the float inputs must all be float64 or all float32 (got {', '.join(sorted(kinds))}); "
+                           "or give dtype= to tcc.torch.function")
+        return kinds.pop()
+
+    def run(self, dtype: str, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The compiled program on NumPy views of the tensors: the results it declares."""
+        out = self.compiled(dtype)(**arrays)
+        return {n: out[n] for n in self.results}
+
+
+def _numpy(t: Any) -> np.ndarray:
+    """A NumPy view of a CPU tensor (a contiguous copy first where it is not contiguous)."""
+    return t.detach().contiguous().numpy()
+
+
+def _make_apply() -> Any:
+    torch = _torch()
+
+    class Apply(torch.autograd.Function):
+        """One call of a TorchFunction; the backward calls its derivative programs (differentiably)."""
+
+        @staticmethod
+        def forward(ctx: Any, fn: TorchFunction, dtype: str, names: list[str], *tensors: Any) -> tuple[Any, ...]:
+            out = fn.run(dtype, {n: _numpy(t) for n, t in zip(names, tensors)})
+            ctx.fn, ctx.dtype, ctx.names = fn, dtype, names
+            ctx.save_for_backward(*tensors)
+            return tuple(torch.from_numpy(out[n]) for n in fn.results)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+            fn: TorchFunction = ctx.fn
+            tensors = ctx.saved_tensors
+            by_name = dict(zip(ctx.names, tensors))
+            wrt = tuple(n for n, t, need in zip(ctx.names, tensors, ctx.needs_input_grad[3:])
+                        if need and n not in fn.index_inputs)
+            total: dict[str, Any] = {}
+            if wrt:
+                for of, g in zip(fn.results, grads):
+                    if g is None:
+                        continue
+                    vjp, seed, dnames = fn.derivative(of, wrt)
+                    got = vjp(**by_name, **{seed: g.contiguous()})
+                    for x, d in zip(wrt, dnames):
+                        total[x] = got[d] if x not in total else total[x] + got[d]
+            return (None, None, None) + tuple(total.get(n) for n in ctx.names)
+
+    return Apply
+
+
+class _LazyApply:
+    """The autograd Function, made on first use so that ``import tcc.torch`` does not import torch."""
+
+    _cls: Any = None
+
+    def apply(self, *args: Any) -> Any:
+        if _LazyApply._cls is None:
+            _LazyApply._cls = _make_apply()
+        return _LazyApply._cls.apply(*args)
+
+
+_Apply = _LazyApply()
+
+
+def function(source: Any, *, dtype: Any = None, target: str = "cpu", threads: int | None = None) -> TorchFunction:
+    """A tcc program (text, a path's text or a Program) as a differentiable function of torch tensors.
+
+    ``dtype`` (``float64`` / ``float32``) fixes the element type; ``None``
+    takes it from the float input tensors at each call.  ``target`` is
+    ``cpu`` or ``cuda-sim``; ``threads`` as for :func:`tcc.compile`.
+    """
+    if isinstance(source, str) and "\n" not in source and source.endswith(".tcc"):
+        with open(source, encoding="utf-8") as fh:
+            source = fh.read()
+    return TorchFunction(source, None if dtype is None else str(np.dtype(dtype)), target, threads)
