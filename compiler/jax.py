@@ -82,7 +82,7 @@ class JaxFunction(FrameworkFunction):
         self.check_names(arrays)
         for name, a in arrays.items():
             if not isinstance(a, (jax.Array, np.ndarray)):  # a tracer is a jax.Array too
-                raise TypeError(f"input '{name}' must be a jax.Array, got {type(a).__name__}")
+                raise TypeError(f"input '{name}' must be a jax.Array or a NumPy array, got {type(a).__name__}")
         dtype = self.dtype_from({n: str(a.dtype) for n, a in arrays.items()})
         self._check_dtypes(arrays, dtype)
         xs = [jax.numpy.asarray(arrays[n]) for n in self.inputs]

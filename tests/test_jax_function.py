@@ -116,7 +116,7 @@ def test_bad_calls_are_refused_clearly(x64: None) -> None:
         f(x=x)
     with pytest.raises(TccError, match=r"^error: unknown input 'z' \(inputs: x, w\)$"):
         f(x=x, w=x, z=x)
-    with pytest.raises(TypeError, match=r"^input 'w' must be a jax.Array, got list$"):
+    with pytest.raises(TypeError, match=r"^input 'w' must be a jax.Array or a NumPy array, got list$"):
         f(x=x, w=[1.0, 2.0, 3.0])
     with pytest.raises(TccError, match=r"^error: the float inputs must all be float64 or all float32 \(got float32, float64\); "
                                        r"or give dtype= to tcc.jax.function$"):
