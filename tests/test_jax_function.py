@@ -83,6 +83,11 @@ def test_vmap_loops_over_the_batch_and_matches_the_compiled_program(x64: None) -
         np.testing.assert_allclose(got["p"][b], want["p"], rtol=1e-12)
     grads = jax.vmap(jax.grad(lambda x: f(x=x, w=jnp.asarray(w))["s"]))(jnp.asarray(xs))
     np.testing.assert_allclose(grads, np.broadcast_to(w, (3, 5)), rtol=1e-12)
+    shapes = []
+    host = f.host
+    f.host = lambda dtype, arrays: shapes.append([a.shape for a in arrays]) or host(dtype, arrays)
+    jax.block_until_ready(jax.vmap(lambda x: f(x=x, w=jnp.asarray(w)))(jnp.asarray(xs)))
+    assert shapes == [[(5,), (5,)]] * 3  # vmap_method="sequential": one call per batch element
 
 
 def test_only_the_results_with_a_cotangent_and_the_perturbed_inputs_are_differentiated(x64: None) -> None:
