@@ -30,16 +30,14 @@ with a clear error).
 """
 from __future__ import annotations
 
-import threading
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
+from tcc.framework_common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 
 __all__ = ["function", "TorchFunction"]
-
-_DTYPES = ("float64", "float32")
 
 
 def _torch() -> Any:
@@ -50,91 +48,45 @@ def _torch() -> Any:
     return torch
 
 
-class TorchFunction:
+class TorchFunction(FrameworkFunction):
     """A tcc program callable on torch tensors by keyword, differentiable by ``torch.autograd``.
 
     Made by :func:`function`; ``inputs`` and ``results`` name what it takes
     and returns.  Compiled programs (the forward per dtype, each derivative
-    program on first use) are kept by the instance.
+    program on first use) are kept by the instance (:class:`tcc.framework_common.FrameworkFunction`).
     """
 
-    def __init__(self, source: Any, dtype: str | None, target: str, threads: int | None) -> None:
-        import tcc
+    api = "tcc.torch.function"
 
+    def __init__(self, source: Any, dtype: str | None, target: str, threads: int | None) -> None:
         if target not in ("cpu", "cuda-sim"):
             raise ValueError(f"tcc.torch.function supports the targets 'cpu' and 'cuda-sim', not {target!r}")
-        if dtype is not None and str(dtype) not in _DTYPES:
-            raise ValueError(f"dtype must be float64, float32 or None (that of the inputs), not {dtype!r}")
-        self.program = tcc.transform(source) if not hasattr(source, "definitions") else source
-        self.dtype = None if dtype is None else str(dtype)
+        super().__init__(source, dtype)
         self.target = target
         self.threads = threads
-        self.inputs: tuple[str, ...] = tuple(d.name for d in self.program.caller_inputs())
-        self.index_inputs = frozenset(d.name for d in self.program.inputs if d.is_index)
-        self.results: tuple[str, ...] = tuple(self.program.results())
-        self._compiled: dict[str, Any] = {}
-        self._derivatives: dict[tuple[str, tuple[str, ...]], tuple[TorchFunction, str, tuple[str, ...]]] = {}
-        self._lock = threading.Lock()
 
-    def __repr__(self) -> str:
-        return f"<tcc.torch.function: inputs {', '.join(self.inputs) or '-'}; results {', '.join(self.results)}>"
-
-    # -- compiled programs -------------------------------------------------
-    def compiled(self, dtype: str) -> Any:
+    def _compile(self, dtype: str) -> Any:
         import tcc
 
-        with self._lock:
-            if dtype not in self._compiled:
-                self._compiled[dtype] = tcc.compile(self.program, self.target, dtype=dtype, threads=self.threads)
-            return self._compiled[dtype]
+        return tcc.compile(self.program, self.target, dtype=dtype, threads=self.threads)
 
-    def derivative(self, of: str, wrt: tuple[str, ...]) -> tuple["TorchFunction", str, tuple[str, ...]]:
-        """The VJP of ``of`` w.r.t. ``wrt`` as a TorchFunction, its seed input, and its result per ``wrt``."""
-        import tcc
-
-        key = (of, wrt)
-        with self._lock:
-            if key not in self._derivatives:
-                g = tcc.grad(self.program, of=of, wrt=list(wrt))
-                seed = next(d.name for d in g.caller_inputs() if d.name not in self.inputs)
-                self._derivatives[key] = (TorchFunction(g, self.dtype, self.target, self.threads), seed,
-                                          tuple(g.results()))
-            return self._derivatives[key]
+    def _wrap(self, program: Any) -> "TorchFunction":
+        return TorchFunction(program, self.dtype, self.target, self.threads)
 
     # -- calls ---------------------------------------------------------------
     def __call__(self, **tensors: Any) -> dict[str, Any]:
         torch = _torch()
-        unknown = [n for n in tensors if n not in self.inputs]
-        if unknown:
-            raise TccError(f"unknown input{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-                           f"(inputs: {', '.join(self.inputs) or 'none'})")
-        missing = [n for n in self.inputs if n not in tensors]
-        if missing:
-            raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+        self.check_names(tensors)
         for name, t in tensors.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"input '{name}' must be a torch.Tensor, got {type(t).__name__}")
             if t.device.type != "cpu":
                 raise TccError(f"input '{name}' is on {t.device}: tcc.torch runs CPU tensors only "
                                "(the cuda target's device arrays are PyCUDA's)")
-        dtype = self.dtype or self._dtype_of(tensors)
+        dtype = self.dtype_from({n: str(t.dtype).replace("torch.", "") for n, t in tensors.items()})
         names = list(self.inputs)
         outs = _Apply.apply(self, dtype, names, *[tensors[n] for n in names])
         return dict(zip(self.results, outs))
-
-    def _dtype_of(self, tensors: Mapping[str, Any]) -> str:
-        kinds = {str(t.dtype).replace("torch.", "") for n, t in tensors.items() if n not in self.index_inputs}
-        if not kinds:
-            return "float64"
-        if len(kinds) > 1 or not kinds <= set(_DTYPES):
-            raise TccError(f"the float inputs must all be float64 or all float32 (got {', '.join(sorted(kinds))}); "
-                           "or give dtype= to tcc.torch.function")
-        return kinds.pop()
-
-    def run(self, dtype: str, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The compiled program on NumPy views of the tensors: the results it declares."""
-        out = self.compiled(dtype)(**arrays)
-        return {n: out[n] for n in self.results}
 
 
 def _numpy(t: Any) -> np.ndarray:
@@ -197,7 +149,4 @@ def function(source: Any, *, dtype: Any = None, target: str = "cpu", threads: in
     takes it from the float input tensors at each call.  ``target`` is
     ``cpu`` or ``cuda-sim``; ``threads`` as for :func:`tcc.compile`.
     """
-    if isinstance(source, str) and "\n" not in source and source.endswith(".tcc"):
-        with open(source, encoding="utf-8") as fh:
-            source = fh.read()
-    return TorchFunction(source, None if dtype is None else str(np.dtype(dtype)), target, threads)
+    return TorchFunction(read_source(source), None if dtype is None else str(np.dtype(dtype)), target, threads)
