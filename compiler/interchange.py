@@ -79,11 +79,12 @@ def off_host(value: Any) -> tuple[str, bool] | None:
     """
     if _is_dlpack(value):
         try:
-            kind, ident = (int(v) for v in value.__dlpack_device__())
+            kind, ident = value.__dlpack_device__()
+            if kind == _KDL_CPU:  # the common case first: an IntEnum compares as its int
+                return None
+            kind, ident = int(kind), int(ident)
         except Exception as exc:  # noqa: BLE001 - a producer's own failure, reported in words
-            return f"a device it does not name (__dlpack_device__ raised {exc!r})", False
-        if kind == _KDL_CPU:
-            return None
+            return f"a device it does not name (__dlpack_device__ gave {exc!r})", False
         name = _DEVICES.get(kind, "non-CPU")
         return f"a {name} device ({type(value).__name__} on DLPack device ({kind}, {ident}))", kind in _CUDA_DEVICES
     if hasattr(value, "__cuda_array_interface__"):

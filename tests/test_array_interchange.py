@@ -197,6 +197,17 @@ def test_other_devices_are_named(scale: Any) -> None:
     )
 
 
+def test_a_device_that_cannot_be_read_is_refused(scale: Any) -> None:
+    class Silent(DLPackOnly):
+        def __dlpack_device__(self) -> tuple[int, int]:
+            raise RuntimeError("no device")
+
+    assert message(scale, x=Silent(np.ones(2)), s=1.0) == (
+        "input 'x' is on a device it does not name (__dlpack_device__ gave RuntimeError('no device')), "
+        "but this program reads host memory: copy it to the CPU"
+    )
+
+
 def test_cuda_array_interface_is_refused_on_the_cpu(scale: Any) -> None:
     class DeviceArray:
         __cuda_array_interface__ = {"shape": (2,), "typestr": "<f8", "data": (1 << 40, False), "version": 3}
