@@ -50,6 +50,7 @@ import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
 from tcc.contraction_kernel import run_contract
+from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import IndexCache
@@ -415,9 +416,12 @@ class CompiledProgram:
                 arr = np.asarray(value, dtype=self.dtype)
             except OverflowError:
                 raise CallError(f"input '{name}' is an integer too large for {self.dtype}") from None
-        else:
-            what = "a real number or a NumPy array" if not decl.extents else "a NumPy array"
-            raise CallError(f"input '{name}' must be {what} of {self.dtype}, got {type(value).__name__}")
+        else:  # another library's array: a view of its memory (tcc.interchange), checked as NumPy's below
+            arr = host_array(f"input '{name}'", value)
+            if arr is None:
+                what = "a real number, a NumPy array" if not decl.extents else "a NumPy array"
+                raise CallError(f"input '{name}' must be {what} of {self.dtype} or {ARRAY_OBJECTS}, "
+                                f"got {type(value).__name__}")
         if arr.dtype != self.dtype:
             raise CallError(f"input '{name}' has dtype {arr.dtype}, but this program was compiled for {self.dtype}{self._dtype_hint(arr.dtype)}")
         if not arr.flags.c_contiguous:
@@ -446,8 +450,11 @@ class CompiledProgram:
         checked = self.executable.check_output(name, value, shape, self.dtype)
         if checked is not None:
             return checked
-        if not isinstance(value, np.ndarray):
-            raise CallError(f"output '{name}' must be a NumPy array, got {type(value).__name__}")
+        if not isinstance(value, np.ndarray):  # written in place: only a view of the object's memory will do
+            view = host_output(f"output '{name}'", value)
+            if view is None:
+                raise CallError(f"output '{name}' must be a NumPy array or {OUTPUT_OBJECTS}, got {type(value).__name__}")
+            value = view
         if value.dtype != self.dtype:
             raise CallError(f"output '{name}' has dtype {value.dtype}, expected {self.dtype}")
         if value.shape != shape:
@@ -544,8 +551,14 @@ def _host_index_array(name: str, value: Any) -> np.ndarray:
     so a device array is refused rather than copied back."""
     if isinstance(value, np.ndarray):
         return value
-    if hasattr(value, "__cuda_array_interface__") or type(value).__module__.split(".")[0] in ("pycuda", "torch", "cupy"):
-        raise CallError(f"index input '{name}' must be a NumPy integer array: index inputs are validated on the host")
+    where = off_host(value)  # a device array (DLPack's device, __cuda_array_interface__)
+    if where is not None or type(value).__module__.split(".")[0] in ("pycuda", "cupy"):
+        on = f" (it is on {where[0]})" if where else ""
+        raise CallError(f"index input '{name}' must be a NumPy integer array: index inputs are validated on the host{on}")
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):  # a CPU tensor, say
+        arr = host_array(f"index input '{name}'", value)
+        if arr is not None:
+            return arr  # validated (and copied) like a NumPy array
     try:
         arr = np.asarray(value)
         return arr.astype(np.int64) if arr.size == 0 else arr  # an empty list is not float64 data

@@ -162,7 +162,8 @@ def test_conflicting_sizes():
 
 
 def test_not_an_array(corr):
-    _raises(corr, "input 'x' must be a NumPy array of float64, got list", x=[1.0, 2.0], w=np.ones(2))
+    _raises(corr, ("input 'x' must be a NumPy array of float64 or an array object "
+                  "(__array_interface__, __array__, the buffer protocol or DLPack), got list"), x=[1.0, 2.0], w=np.ones(2))
 
 
 def test_bad_output_arrays(corr):

@@ -337,7 +337,8 @@ def call_error(f: Any, **inputs: Any) -> str:
 ])
 def test_scalar_input_must_be_real(scale: Any, value: Any, kind: str) -> None:
     assert call_error(scale, x=np.ones(3), s=value) == (
-        f"input 's' must be a real number or a NumPy array of float64, got {kind}"
+        f"input 's' must be a real number, a NumPy array of float64 or an array object "
+        f"(__array_interface__, __array__, the buffer protocol or DLPack), got {kind}"
     )
 
 
