@@ -17,7 +17,7 @@ from typing import Iterable
 
 import networkx as nx
 
-from .expr import RANGED, Access, CSum, Expr, MatrixFn, Where, accessed_tensors, postorder
+from .expr import INDEX_VALUE, RANGED, Access, CSum, Expr, MatrixFn, Where, accessed_tensors, postorder
 from .index import Affine, lookups
 from .index_range import cond_affines
 from .loop_analysis import buffer_accesses
@@ -79,7 +79,8 @@ def definition_graph(program: Program) -> nx.DiGraph:
         for name in _body_index_reads(d.body):
             g.add_edge(name, d.name, how="index")
         for name in accessed_tensors(d.body):
-            g.add_edge(name, d.name, how="value")  # a value read wins over an index read of the same array
+            if name != INDEX_VALUE:  # `#index[i]` is an index used as a number, no tensor
+                g.add_edge(name, d.name, how="value")  # a value read wins over an index read of the same array
     return g
 
 

@@ -326,3 +326,15 @@ def test_live_definitions_are_the_results_ancestors():
     assert live_definitions(program) == {"u", "w", "y"}
     simplified = run_pipeline(program, "infer-ranges,simplify")
     assert [d.name for d in simplified.definitions] == ["u", "w", "y"]
+
+
+def test_definition_graph_edges():
+    program = _program(LAYER_NORM)
+    g = definition_graph(program)
+    assert list(g.nodes(data="kind")) == [("X", "input"), ("g", "input"), ("b", "input"), ("mu", "definition"),
+                                          ("xc", "definition"), ("r", "definition"), ("Y", "definition")]
+    assert sorted(g.edges) == [("X", "mu"), ("X", "xc"), ("b", "Y"), ("g", "Y"), ("mu", "xc"), ("r", "Y"),
+                               ("xc", "Y"), ("xc", "r")]  # no node for `m` used as a number (#index)
+    csr = definition_graph(_program(EXAMPLES / "csr_spmv.tcc"))
+    assert sorted(csr.in_edges("y", data="how")) == [("col", "y", "index"), ("ptr", "y", "index"),
+                                                     ("val", "y", "value"), ("x", "y", "value")]
