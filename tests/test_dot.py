@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -338,3 +339,18 @@ def test_definition_graph_edges():
     csr = definition_graph(_program(EXAMPLES / "csr_spmv.tcc"))
     assert sorted(csr.in_edges("y", data="how")) == [("col", "y", "index"), ("ptr", "y", "index"),
                                                      ("val", "y", "value"), ("x", "y", "value")]
+
+
+@pytest.mark.parametrize("args, clusters", [
+    (["compile", str(URBAN)], 1),
+    (["grad", str(URBAN), "--of", "f", "--wrt", "a,d"], 3),
+    (["compile", str(LAYER_NORM), "--passes", "infer-ranges,lower-loops"], 0),
+], ids=["urban", "urban-grad", "layer_norm-kernels"])
+def test_graphviz_renders_without_warnings(args, clusters, capsys):
+    """Graphviz itself reads the text (clusters, compound edges) without a complaint; needs its `dot`."""
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed (apt install graphviz)")
+    assert main([*args, "--emit", "dot"]) == 0
+    res = subprocess.run(["dot", "-Tsvg"], input=capsys.readouterr().out, capture_output=True, text=True)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout.count('class="cluster"') == clusters
