@@ -4,7 +4,7 @@
     tcc jacobian FILE --of f --wrt x [-o OUT] [dump flags]     (also: hessian, jvp)
     tcc check FILE --of f --wrt a,d [--seed N] [--tol T] [--eps E] [--sizes n=4,m=3]
     tcc run FILE --inputs in.npz --output out.npz [--target cpu] [--dtype D] [--threads N] [--reference]
-    tcc compile FILE --emit index|loops|llvm|asm [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
+    tcc compile FILE --emit index|loops|llvm|asm|dot [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
     tcc passes                                                 (every pass: level, options, summary)
 
 dump flags: --print-pipeline --dump-before P|all --dump-after P|all
@@ -29,7 +29,7 @@ from tcc.backends import BUILTIN_TARGETS
 from tcc.ir.diagnostics import TccError
 
 TARGETS = list(BUILTIN_TARGETS)  # the built-in table only: reading entry points would slow every start
-EMITS = ["index", "loops", "llvm", "ptx", "asm"]
+EMITS = ["index", "loops", "llvm", "ptx", "asm", "dot"]
 DTYPES = ["float64", "float32"]
 
 
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wrt", help="comma-separated inputs to differentiate with respect to")
     g.add_argument("--value", action="store_true", help="keep the differentiated definition as the first output")
     g.add_argument("-o", "--output", metavar="OUT", help="write the program to OUT instead of stdout")
+    g.add_argument("--emit", choices=["index", "dot"], default="index", help="the program as text, or Graphviz DOT")
     _add_pipeline_flags(g, default_passes=None)
 
     for name, what in (
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         d.add_argument("--of", help="the definition to differentiate (default: Lippmann's expression)")
         d.add_argument("--wrt", help="the input(s) to differentiate with respect to (default: Lippmann's argument)")
         d.add_argument("-o", "--output", metavar="OUT", help="write the program to OUT instead of stdout")
+        d.add_argument("--emit", choices=["index", "dot"], default="index", help="the program as text, or Graphviz DOT")
         _add_pipeline_flags(d, default_passes=None)
 
     c = sub.add_parser("check", help="finite-difference check of derivatives")
@@ -148,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--emit", choices=EMITS, default="index",
                    help="index: L1 after the passes; loops: L2 loop nests; llvm: optimised LLVM IR; "
                         "ptx: PTX for NVIDIA GPUs (implies --target cuda); asm: host assembly, or PTX for "
-                        "--target cuda (default index)")
+                        "--target cuda; dot: Graphviz DOT of the L1 program, or of the kernels of an L2 one (default index)")
     k.add_argument("--target", choices=TARGETS, default=None,
                    help="cpu (default), cuda or cuda-sim; decides the default pipeline and the code generated")
     _add_gpu_flags(k)
@@ -200,12 +202,21 @@ def _instruments(args: argparse.Namespace) -> tuple[list[Any], Any]:
         insts.append(VerifyEach())
     before, after = _selection(args.dump_before), _selection(args.dump_after)
     if before or after or args.dump_dir:
-        insts.append(DumpIR(before=before, after=after, stream=sys.stderr, directory=args.dump_dir))
+        insts.append(DumpIR(before=before, after=after, stream=sys.stderr, directory=args.dump_dir, render=_render(args)))
     timer = None
     if args.time_passes:
         timer = TimePasses()
         insts.insert(0, timer)
     return insts, timer
+
+
+def _render(args: argparse.Namespace) -> Callable[[Any], str]:
+    """How results and dumps are written: as text, or as Graphviz DOT under ``--emit dot``."""
+    if getattr(args, "emit", None) != "dot":
+        return str
+    from tcc.ir.dot import program_dot
+
+    return program_dot
 
 
 def _umask() -> int:
@@ -353,7 +364,7 @@ def cmd_grad(session: _Session, args: argparse.Namespace) -> int:
         raise TccError("tcc grad needs --of and --wrt (or a --passes pipeline that names them)")
     passes = derivative_pipeline(of, wrt, seed="delta" if lippmann else "input", passes=args.passes, value=args.value)
     result = _run_passes(session, args, program, passes)
-    _write_text(str(result), args.output)
+    _write_text(_render(args)(result), args.output)
     return 0
 
 
@@ -374,7 +385,7 @@ def cmd_derivative(session: _Session, args: argparse.Namespace) -> int:
     result = stage(program, of)
     if args.command == "hessian":
         result = stage(result, result.outputs[0])
-    _write_text(str(result), args.output)
+    _write_text(_render(args)(result), args.output)
     return 0
 
 
@@ -394,10 +405,11 @@ def _emit_pipeline(args: argparse.Namespace) -> list[Any]:
     from tcc.pipeline import check_levels, parse_pipeline
     from tcc.targets import get_target
 
-    if args.emit == "index":
+    if args.emit in ("index", "dot"):
         passes = parse_pipeline(args.passes if args.passes is not None else "infer-ranges")
-        if check_levels(passes) is not Level.INDEX:
-            raise TccError("--emit index needs a pipeline that stays at the index level")
+        if check_levels(passes) not in ((Level.INDEX,) if args.emit == "index" else (Level.INDEX, Level.LOOPS)):
+            raise TccError(f"--emit {args.emit} needs a pipeline that stays at the index level"
+                           + (" or ends at the loop level" if args.emit == "dot" else ""))
         return passes
     target = _emit_target(args)
     if args.emit == "loops":
@@ -423,7 +435,7 @@ def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
 
         text = get_target(_emit_target(args)).assembly(result)
     else:
-        text = str(result)
+        text = _render(args)(result)
     _write_text(text if text.endswith("\n") else text + "\n", args.output)
     return 0
 

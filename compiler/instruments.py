@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Collection, TextIO
+from typing import Any, Callable, Collection, TextIO
 
 from tcc.ir.diagnostics import TccError
 from tcc.passes.pass_base import Level, Pass
@@ -120,7 +120,9 @@ class DumpIR(BaseInstrument):
     reads it back), ``.ll`` for an LLVM module and ``.ptx`` for PTX.  Each file
     starts with a header line that is a comment of its language (``#``; ``;``
     in LLVM IR; ``//`` in PTX), so
-    the files parse back and any step can be replayed.
+    the files parse back and any step can be replayed.  ``render`` other than
+    ``str`` (``tcc.ir.dot.program_dot`` under ``--emit dot``) writes each
+    state its way instead, in ``.dot`` files.
     """
 
     def __init__(
@@ -129,7 +131,9 @@ class DumpIR(BaseInstrument):
         after: Collection[str] | str | None = None,
         stream: TextIO | None = None,
         directory: str | os.PathLike | None = None,
+        render: Callable[[Any], str] = str,
     ) -> None:
+        self.render = render
         self.before = _selection(before, "--dump-before")
         self.after = _selection(after, "--dump-after")
         self.stream = stream
@@ -152,10 +156,11 @@ class DumpIR(BaseInstrument):
         if state in self._states:
             return
         self._states.add(state)
-        path = os.path.join(self.directory, f"{state:02d}-{self._names[state]}{dump_suffix(program)}")
+        suffix = dump_suffix(program) if self.render is str else ".dot"
+        path = os.path.join(self.directory, f"{state:02d}-{self._names[state]}{suffix}")
         try:
             with open(path, "w", encoding="utf-8") as fh:
-                fh.write(_titled(title, program) + "\n" + str(program))
+                fh.write(_titled(title, program) + "\n" + self.render(program))
         except OSError as exc:
             raise TccError(f"cannot write '{path}': {exc.strerror or exc}") from None
         self.written.append(path)
@@ -169,7 +174,7 @@ class DumpIR(BaseInstrument):
             return
         if _selected(self.before, pass_):
             out = self._out()
-            out.write(_titled(header("before", pass_), program) + "\n" + str(program) + "\n")
+            out.write(_titled(header("before", pass_), program) + "\n" + self.render(program) + "\n")
             out.flush()
 
     def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
@@ -180,7 +185,7 @@ class DumpIR(BaseInstrument):
             self._write_state(index + 1, header("after", pass_), program)
             return
         out = self._out()
-        out.write(_titled(header("after", pass_), program) + "\n" + str(program) + "\n")
+        out.write(_titled(header("after", pass_), program) + "\n" + self.render(program) + "\n")
         out.flush()
 
 

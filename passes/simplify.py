@@ -34,7 +34,6 @@ from tcc.ir.expr import (
     Sum,
     Unary,
     Where,
-    accessed_tensors,
     is_guard,
     is_one,
     is_zero,
@@ -43,6 +42,7 @@ from tcc.ir.expr import (
     trampoline,
     transform,
 )
+from tcc.ir.graph import live_definitions
 from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, Lookup, Mod, conjuncts, make_and, negate
 from tcc.ir.constrained_sums import rewrite_indices
@@ -477,11 +477,9 @@ class _Simplifier:
 
 
 def remove_dead(program: Program) -> Program:
-    """Keep the results and what they read, transitively (a matrix function reads its argument)."""
-    live: set[str] = set(program.results())
-    for d in reversed(program.definitions):
-        if d.name in live:
-            live.update(accessed_tensors(d.body))
+    """Keep the results and what they read, transitively (a matrix function reads its argument):
+    the results' ancestors in the definition graph (:func:`tcc.ir.graph.live_definitions`)."""
+    live = live_definitions(program)
     return program.with_definitions(d for d in program.definitions if d.name in live)
 
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import networkx as nx
+
 from tcc.ir.diagnostics import TccError
+from tcc.ir.graph import definition_graph
 from tcc.ir.user_functions import Call
-from tcc.ir.expr import EXTREMES, ONE, ZERO, Binary, Const, Expr, Select, Unary, Where, accessed_tensors, fresh_name, is_one, is_zero, neg
+from tcc.ir.expr import EXTREMES, ONE, ZERO, Binary, Const, Expr, Select, Unary, Where, fresh_name, is_one, is_zero, neg
 from tcc.ir.index import Affine, negate
 from tcc.ir.program import Definition, Program
 
@@ -232,17 +235,9 @@ def check_arguments(program: Program, of: str, wrt: Sequence[str]) -> Definition
 
 def relevant_definitions(program: Program, of: str, wrt: Sequence[str]) -> list[Definition]:
     """Definitions on a path from some ``wrt`` input to ``of`` (``of`` included), in program order."""
-    reads = {d.name: set(accessed_tensors(d.body)) for d in program.definitions}
-    # definitions f depends on (including f)
-    needed: set[str] = {of}
-    for d in reversed(program.definitions):
-        if d.name in needed:
-            needed |= reads[d.name]
-    # definitions that depend on some wrt input
-    influenced: set[str] = set(wrt)
-    for d in program.definitions:
-        if reads[d.name] & influenced:
-            influenced.add(d.name)
+    g = definition_graph(program)
+    needed = nx.ancestors(g, of) | {of}  # what f reads, transitively (and f)
+    influenced = set().union(*(nx.descendants(g, x) for x in wrt if x in g))  # what reads a wrt input
     return [d for d in program.definitions if d.name in needed and d.name in influenced]
 
 
