@@ -31,7 +31,7 @@ from .reuse import reuse_outlined
 __all__ = ["DEFAULT_MIN_WORK", "Rewriter"]
 
 #: the ``blas`` pass's logger (``tcc.passes.blas``): at DEBUG, why a definition or a sum stayed loops
-logger = logging.getLogger("tcc.passes.blas")
+logger = logging.getLogger(__package__)
 
 #: p * q * r below which a constant-size product stays a loop nest
 DEFAULT_MIN_WORK = 32768
