@@ -128,12 +128,12 @@ class Fuser:
         self.buffers = {b.name for b in program.buffers}
         self.taken = program_names(program)
         self.kernel_names = {k.name for k in program.kernels}
-        self.why = ""  # why the last fuse() returned None, for the log
+        self.why: tuple[object, ...] = ("",)  # why the last fuse() returned None: a %-format and its arguments
 
     def fuse(self, k1: Kernel, k2: Kernel) -> Kernel | None:
         s1, s2 = _spine(k1), _spine(k2)
         if not s1 or not s2:
-            self.why = f"kernel {(k2 if s1 else k1).name} is not one loop nest"
+            self.why = ("kernel %s is not one loop nest", (k2 if s1 else k1).name)
             return None
         # the common prefix of loops with equal ranges, k2's variables renamed
         depth = 0
@@ -146,12 +146,12 @@ class Fuser:
             names[b.var] = a.var
             depth += 1
         if not depth:
-            self.why = (f"their outer loops {s1[0].var} and {s2[0].var} have different ranges "
-                        f"({format_range(s1[0])} and {format_range(s2[0])})")
+            self.why = ("their outer loops %s and %s have different ranges (%s and %s)",
+                        s1[0].var, s2[0].var, _Range(s1[0]), _Range(s2[0]))
             return None
         if self.full:
             if not depth == len(s1) == len(s2):
-                self.why = f"full=true and only {depth} of their {len(s1)} and {len(s2)} outer loops have equal ranges"
+                self.why = ("full=true and only %d of their %d and %d outer loops have equal ranges", depth, len(s1), len(s2))
                 return None
             return self.try_depth(k1, k2, s1, s2, depth)
         for d in range(depth, 0, -1):
@@ -184,8 +184,8 @@ class Fuser:
         for b in sorted(shared):
             both = [a for a in acc1 + acc2 if a[0] == b]
             if not separated(both, fused_vars, self.sizes):
-                self.why = (f"{b} is written by one and accessed by the other outside the fused iteration "
-                            f"over {', '.join(fused_vars)}")
+                self.why = ("%s is written by one and accessed by the other outside the fused iteration over %s",
+                            b, _Names(fused_vars))
                 return None
         body1, body2 = self.forward(body1, body2, w2)
         inner: tuple[Stmt, ...] = body1 + body2
@@ -223,11 +223,26 @@ class Fuser:
         return tuple(out1), body2
 
 
-def format_range(loop: For) -> str:
-    """``lo..hi`` of a loop, as the loop printer writes it (one bound each, or max/min lists)."""
-    lo = ", ".join(str(x) for x in loop.lo)
-    hi = ", ".join(str(x) for x in loop.hi)
-    return f"{lo if len(loop.lo) == 1 else 'max(' + lo + ')'}..{hi if len(loop.hi) == 1 else 'min(' + hi + ')'}"
+class _Range:
+    """``lo..hi`` of a loop as the loop printer writes it, printed only if a log line is emitted."""
+
+    def __init__(self, loop: For) -> None:
+        self.loop = loop
+
+    def __str__(self) -> str:
+        lo = ", ".join(str(x) for x in self.loop.lo)
+        hi = ", ".join(str(x) for x in self.loop.hi)
+        return f"{lo if len(self.loop.lo) == 1 else 'max(' + lo + ')'}..{hi if len(self.loop.hi) == 1 else 'min(' + hi + ')'}"
+
+
+class _Names:
+    """Names joined with commas, only if a log line is emitted."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+
+    def __str__(self) -> str:
+        return ", ".join(self.names)
 
 
 def _drop_copies(body: tuple[Stmt, ...], value: Access) -> tuple[Stmt, ...]:
@@ -257,7 +272,7 @@ def fuse_program(program: LoopProgram, full: bool = False) -> LoopProgram:
             if fused is not None:
                 out[-1] = fused
                 continue
-            logger.debug("kernels %s and %s not fused: %s", out[-1].name, k.name, fuser.why)
+            logger.debug("kernels %s and %s not fused: " + str(fuser.why[0]), out[-1].name, k.name, *fuser.why[1:])
         elif out:
             logger.debug("kernels %s and %s not fused: %s is external", out[-1].name, k.name,
                          out[-1].name if out[-1].extern is not None else k.name)

@@ -52,13 +52,14 @@ logger = logging.getLogger(__name__)
 
 def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:
     """Whether the iterations of ``loop`` (at the top of a kernel) may run in any order, at once."""
-    return race(loop, buffers, sizes) is None
+    return race(loop, buffers, sizes, explain=False) is None
 
 
-def race(loop: For, buffers: set[str], sizes: set[str]) -> str | None:
+def race(loop: For, buffers: set[str], sizes: set[str], explain: bool = True) -> str | None:
     """Why iterations of ``loop`` may touch one element that one of them writes, or ``None``.
 
-    Buffers are checked in name order, so the reason given is deterministic.
+    Buffers are checked in name order, so the reason given is deterministic;
+    without ``explain`` it is just the buffer's name (nothing printed: cheap).
     """
     accesses = buffer_accesses(loop.body, buffers)
     written = sorted({name for name, _, w in accesses if w})
@@ -69,6 +70,8 @@ def race(loop: For, buffers: set[str], sizes: set[str]) -> str | None:
             owns(e, loop.var, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
             for p, e in enumerate(first)
         ):
+            if not explain:
+                return name
             if not first:
                 return f"{name} is written and has no index (a scalar result): every iteration touches it"
             seen = sorted({f"{name}[{', '.join(str(e) for e in ix)}]" for ix in of_name})
@@ -93,7 +96,7 @@ def _strip(of_name: list, p: int, e: Affine, var: str) -> bool:
 def _mark(loop: For, buffers: set[str], fixed: set[str], depth: int, kernel: str) -> For:
     """``loop`` and up to ``depth - 1`` loops directly inside it, marked where race-free."""
     if not loop.parallel:
-        why = race(loop, buffers, fixed)
+        why = race(loop, buffers, fixed, logger.isEnabledFor(logging.DEBUG))
         if why is not None:
             logger.debug("kernel %s: loop %s not marked parallel: %s", kernel, loop.var, why)
             return loop

@@ -158,3 +158,48 @@ def test_hoist_says_why_a_reduction_stays(files, capsys):
     _, _, err = run_cli(capsys, "-v", "compile", files["prog"], "--emit", "loops")
     assert ("tcc.passes.hoist: debug: kernel f: reduction f_acc not extracted: "
             "it depends on every enclosing loop") in err.splitlines()
+
+
+def pass_lines(caplog, logger: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger]
+
+
+def test_fuse_names_the_buffer_shared_across_iterations(caplog):
+    program = parse_loop_program("""sizes n
+input x[n]
+output y[n], z[n]
+kernel a {
+  for i in 0..n - 1 {
+    y[i] = x[i]
+  }
+}
+kernel b {
+  for i in 0..n - 1 {
+    z[i] = y[n - 1 - i]
+  }
+}
+""", "fuse.loops")
+    with caplog.at_level(logging.DEBUG, logger="tcc.passes.fuse"):
+        out = tcc.run_pipeline(program, "fuse", start=Level.LOOPS)
+    assert len(out.kernels) == 2
+    assert pass_lines(caplog, "tcc.passes.fuse") == [
+        "kernels a and b not fused: y is written by one and accessed by the other outside the fused iteration over i"]
+
+
+def test_hoist_says_why_an_invariant_let_stays(caplog):
+    program = parse_loop_program("""sizes n, m
+input x[n]
+output y[n, m]
+kernel k {
+  for i in 0..n - 1 {
+    for j in 0..m - 1 {
+      let v = x[5]
+      y[i, j] = v
+    }
+  }
+}
+""", "hoist.loops")
+    with caplog.at_level(logging.DEBUG, logger="tcc.passes.hoist"):
+        tcc.run_pipeline(program, "hoist{factor=false}", start=Level.LOOPS)
+    assert pass_lines(caplog, "tcc.passes.hoist") == [
+        "kernel k: invariant let v stays in loop j: a load is not provably in bounds in front of the loop"]

@@ -239,7 +239,7 @@ class Rewriter:
                     break
                 if e in mapping:
                     continue
-                if first is not None:  # the preferred order's reason (the others' are alike)
+                if first is not None and logger.isEnabledFor(logging.DEBUG):  # the preferred order's reason
                     self.declined(d, e, f"a matmul over ({', '.join(names[-2:])})", "%s", first)
             elif len(names) == 1 and not free - self.sizes - set(names):
                 found = self.matvec(d, e, names[0], extent[names[0]], out)
