@@ -7,7 +7,7 @@
     tcc compile FILE --emit index|loops|llvm|asm [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
     tcc passes                                                 (every pass: level, options, summary)
 
--v (before COMMAND) or TCC_LOG=debug|info|warning|error: pass logs on stderr (docs/logging.md)
+-v (--verbose) or TCC_LOG=debug|info|warning|error: pass logs on stderr (docs/logging.md)
 dump flags: --print-pipeline --dump-before P|all --dump-after P|all
             --dump-dir DIR --time-passes --verify-each
 
@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ps = sub.add_parser("passes", help="list every available pass with its level, options and summary")
     ps.set_defaults(file=None)  # reads no source
+    for p in sub.choices.values():  # -v after the command too; SUPPRESS: it never undoes a -v before it
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 

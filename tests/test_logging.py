@@ -81,8 +81,10 @@ def test_verbose_shows_why_blas_fuse_and_parallel_declined(files, capsys):
     assert all(line.startswith("tcc.") for line in lines)
 
 
-def test_verbose_says_why_parallel_left_a_scalar_kernel(files, capsys):
-    rc, _, err = run_cli(capsys, "--verbose", "compile", files["scalar"], "--emit", "loops")
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_says_why_parallel_left_a_scalar_kernel(files, capsys, where):
+    args = ["compile", files["scalar"], "--emit", "loops"]
+    rc, _, err = run_cli(capsys, *(["--verbose"] + args if where == "before" else args + ["-v"]))
     assert rc == 0
     assert ("tcc.passes.parallel: debug: kernel s: not marked parallel: "
             "3 statements, not one loop (the runtime splits only a one-loop kernel)") in err.splitlines()
