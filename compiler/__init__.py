@@ -11,9 +11,13 @@ file first, as the parent package) does not pull in the compiler layer::
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 __version__ = "0.1.0"
+
+# a library prints no log records unless the application configures logging (tcc -v: tcc.logconfig)
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 _LAZY = {
     "parse": "tcc.api",

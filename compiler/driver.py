@@ -7,6 +7,7 @@
     tcc compile FILE --emit index|loops|llvm|asm|dot [-o OUT] [--passes SPEC] [--dtype D] [dump flags]
     tcc passes                                                 (every pass: level, options, summary)
 
+-v (--verbose) or TCC_LOG=debug|info|warning|error: pass logs on stderr (docs/logging.md)
 dump flags: --print-pipeline --dump-before P|all --dump-after P|all
             --dump-dir DIR --time-passes --verify-each
 
@@ -27,6 +28,7 @@ from typing import IO, Any, Callable, Mapping, Sequence
 
 from tcc.backends import BUILTIN_TARGETS
 from tcc.ir.diagnostics import TccError
+from tcc.logconfig import ENV_VAR, cli_logging
 
 TARGETS = list(BUILTIN_TARGETS)  # the built-in table only: reading entry points would slow every start
 EMITS = ["index", "loops", "llvm", "ptx", "asm", "dot"]
@@ -93,6 +95,7 @@ def _add_gpu_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tcc", description="A staged tensor-algebra compiler with exact symbolic derivatives.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="pass logs on stderr, DEBUG (docs/logging.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -160,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ps = sub.add_parser("passes", help="list every available pass with its level, options and summary")
     ps.set_defaults(file=None)  # reads no source
+    for p in sub.choices.values():  # -v after the command too; SUPPRESS: it never undoes a -v before it
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
@@ -672,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else 0
         if args.file is not None:
             session.read(args.file)
-        return COMMANDS[args.command](session, args)
+        with cli_logging(args.verbose, os.environ.get(ENV_VAR)):
+            return COMMANDS[args.command](session, args)
     except TccError as err:
         if err.source is None and err.loc is not None and session.source is not None:
             err.source = session.source

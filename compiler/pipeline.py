@@ -19,6 +19,7 @@ Instruments see every pass through one hook list: for each pass,
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import types
 import typing
@@ -27,6 +28,9 @@ from typing import Any, Iterable, Sequence
 from tcc.ir.diagnostics import TccError
 from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.registry import get_pass_class
+
+#: at DEBUG, each pass as it starts: the passes' own lines (docs/logging.md) follow it
+logger = logging.getLogger(__name__)
 
 DEFAULT_GRAD_PIPELINE = (
     "infer-ranges,autodiff{{of={of} wrt={wrt}}},sum-liberation,index-solve,range-bound,simplify,inverse-index,cse"
@@ -359,6 +363,8 @@ def run_pipeline(
                 hook = getattr(inst, "before_pass", None)
                 if hook is not None:
                     hook(p, index, program)
+            if logger.isEnabledFor(logging.DEBUG):  # spec() prints the options: only when someone listens
+                logger.debug("pass %d of %d: %s", index + 1, len(passes), p.spec())
             program = p.run(program, ctx)
             for inst in instruments:
                 hook = getattr(inst, "after_pass", None)

@@ -66,6 +66,7 @@ products into ``matmul`` calls.
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, Mapping
 
@@ -92,6 +93,9 @@ from tcc.ir.index import Affine, Compare
 from tcc.ir.polyhedra import Facts, program_facts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ContractOrder", "OrderPlanner", "contract_order_program", "parse_sizes",

@@ -23,6 +23,7 @@ temporaries (its body is the whole-matrix function, not an expression).
 """
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 
@@ -50,6 +51,9 @@ from tcc.ir.index import Affine, Compare, negate
 from tcc.ir.polyhedra import Facts, definition_facts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def _size(e: Expr, memo: dict[Expr, int]) -> int:

@@ -42,6 +42,7 @@ launch (seed 002, sec. V) and no kernel loses parallelism.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -62,6 +63,9 @@ from tcc.ir.loop_analysis import (
 )
 from tcc.ir.loops import Accumulate, For, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: at DEBUG, why two consecutive kernels stayed apart (``tcc -v``; docs/logging.md)
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------
 # Renaming
@@ -124,9 +128,13 @@ class Fuser:
         self.buffers = {b.name for b in program.buffers}
         self.taken = program_names(program)
         self.kernel_names = {k.name for k in program.kernels}
+        self.why: tuple[object, ...] = ("",)  # why the last fuse() returned None: a %-format and its arguments
 
     def fuse(self, k1: Kernel, k2: Kernel) -> Kernel | None:
         s1, s2 = _spine(k1), _spine(k2)
+        if not s1 or not s2:
+            self.why = ("kernel %s is not one loop nest", (k2 if s1 else k1).name)
+            return None
         # the common prefix of loops with equal ranges, k2's variables renamed
         depth = 0
         names: dict[str, str] = {}
@@ -137,8 +145,13 @@ class Fuser:
                 break
             names[b.var] = a.var
             depth += 1
+        if not depth:
+            self.why = ("their outer loops %s and %s have different ranges (%s and %s)",
+                        s1[0].var, s2[0].var, _Range(s1[0]), _Range(s2[0]))
+            return None
         if self.full:
-            if not 0 < depth == len(s1) == len(s2):
+            if not depth == len(s1) == len(s2):
+                self.why = ("full=true and only %d of their %d and %d outer loops have equal ranges", depth, len(s1), len(s2))
                 return None
             return self.try_depth(k1, k2, s1, s2, depth)
         for d in range(depth, 0, -1):
@@ -171,6 +184,8 @@ class Fuser:
         for b in sorted(shared):
             both = [a for a in acc1 + acc2 if a[0] == b]
             if not separated(both, fused_vars, self.sizes):
+                self.why = ("%s is written by one and accessed by the other outside the fused iteration over %s",
+                            b, _Names(fused_vars))
                 return None
         body1, body2 = self.forward(body1, body2, w2)
         inner: tuple[Stmt, ...] = body1 + body2
@@ -208,6 +223,28 @@ class Fuser:
         return tuple(out1), body2
 
 
+class _Range:
+    """``lo..hi`` of a loop as the loop printer writes it, printed only if a log line is emitted."""
+
+    def __init__(self, loop: For) -> None:
+        self.loop = loop
+
+    def __str__(self) -> str:
+        lo = ", ".join(str(x) for x in self.loop.lo)
+        hi = ", ".join(str(x) for x in self.loop.hi)
+        return f"{lo if len(self.loop.lo) == 1 else 'max(' + lo + ')'}..{hi if len(self.loop.hi) == 1 else 'min(' + hi + ')'}"
+
+
+class _Names:
+    """Names joined with commas, only if a log line is emitted."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+
+    def __str__(self) -> str:
+        return ", ".join(self.names)
+
+
 def _drop_copies(body: tuple[Stmt, ...], value: Access) -> tuple[Stmt, ...]:
     """``let c = v`` at the top of ``body`` (``v`` the forwarded scalar) goes; reads of ``c`` read ``v``."""
     out: list[Stmt] = []
@@ -235,6 +272,10 @@ def fuse_program(program: LoopProgram, full: bool = False) -> LoopProgram:
             if fused is not None:
                 out[-1] = fused
                 continue
+            logger.debug("kernels %s and %s not fused: " + str(fuser.why[0]), out[-1].name, k.name, *fuser.why[1:])
+        elif out:
+            logger.debug("kernels %s and %s not fused: %s is external", out[-1].name, k.name,
+                         out[-1].name if out[-1].extern is not None else k.name)
         out.append(k)
     return replace(program, kernels=tuple(out))
 

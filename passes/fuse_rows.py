@@ -64,6 +64,7 @@ each, instead of one per element.  The GPU keeps ``fuse{full=true}``.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.loop_analysis import buffer_accesses
@@ -71,6 +72,9 @@ from tcc.ir.loops import For, Kernel, LoopProgram
 from tcc.passes.fuse import Fuser
 from tcc.passes.parallel import race_free
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def _one_loop(kernel: Kernel) -> For | None:

@@ -18,6 +18,7 @@ condition; ``range-bound`` turns the remaining ones into loop bounds.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,6 +29,9 @@ from tcc.ir.constrained_sums import eliminate_var_atoms
 from tcc.ir.program import Program
 from tcc.ir.smith import SmithForm, solve_integer_system
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def _linear_split(a: Affine, variables: list[str]) -> tuple[list[int], Affine] | None:

@@ -15,6 +15,7 @@ reported with the range its index actually covers.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,6 +28,9 @@ from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
 from tcc.ir.verifier import matrix_extents, verify
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ simplified again; nothing else changes.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from tcc.ir.expr import Access, Binary, CSum, Expr, MatrixFn, Sum, Unary, is_guard, postorder, transform
@@ -28,6 +29,9 @@ from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.simplify import simplify_program
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def _delta_terms(e: Expr, own: set[str]) -> bool:

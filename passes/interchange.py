@@ -21,11 +21,15 @@ so the pass is deterministic and a no-op on a band already in order.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.loop_analysis import reduction_band, stride_cost
 from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: at INFO, each reduction band reordered; at DEBUG, a band left in its order
+logger = logging.getLogger(__name__)
 
 
 def _band(loop: For) -> list[For] | None:
@@ -76,8 +80,11 @@ class _Interchange:
             if band is not None:
                 order = _reorder(band, self.buffers, loop_vars)
                 if [l.var for l in order] != [l.var for l in band]:
+                    logger.info("loops %s reordered to %s", ", ".join(l.var for l in band), ", ".join(l.var for l in order))
                     new = _rebuild(order, band[-1].body)
                     return replace(new, parallel=s.parallel)
+                logger.debug("loops %s kept in their order: the innermost has the smallest stride already",
+                             ", ".join(l.var for l in band))
                 return s
             return replace(s, body=self.stmts(s.body, loop_vars | {s.var}))
         if isinstance(s, If):

@@ -36,6 +36,7 @@ guards that the definition's ranges imply disappear.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from typing import Callable
@@ -45,6 +46,9 @@ from tcc.ir.index import Affine, Compare, Cond, Lookup, Not, conjuncts, make_and
 from tcc.ir.program import Program, TensorDecl, derived_shape
 from tcc.ir.substitution import substitute
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 __all__ = ["InverseIndex", "invert"]
 

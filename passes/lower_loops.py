@@ -27,6 +27,7 @@ not a loop nest: it becomes an *external kernel* whose whole body is
 """
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 
@@ -41,6 +42,9 @@ from tcc.ir.index import Affine, Compare, Cond, conjuncts, make_and
 from tcc.ir.loops import Accumulate, Buffer, Extern, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 ZERO = Affine.constant(0)
 

@@ -38,6 +38,7 @@ thread per output element, not per row), so its pipeline asks for more.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
@@ -45,11 +46,23 @@ from tcc.ir.loop_analysis import buffer_accesses, owns
 from tcc.ir.loops import For, Kernel, LoopProgram
 from tcc.passes.pass_base import Level, Pass, PassContext
 
+#: at DEBUG, why a loop was not marked (``tcc -v``, ``TCC_LOG=debug``; docs/logging.md)
+logger = logging.getLogger(__name__)
+
 
 def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:
     """Whether the iterations of ``loop`` (at the top of a kernel) may run in any order, at once."""
+    return race(loop, buffers, sizes, explain=False) is None
+
+
+def race(loop: For, buffers: set[str], sizes: set[str], explain: bool = True) -> str | None:
+    """Why iterations of ``loop`` may touch one element that one of them writes, or ``None``.
+
+    Buffers are checked in name order, so the reason given is deterministic;
+    without ``explain`` it is just the buffer's name (nothing printed: cheap).
+    """
     accesses = buffer_accesses(loop.body, buffers)
-    written = {name for name, _, w in accesses if w}
+    written = sorted({name for name, _, w in accesses if w})
     for name in written:
         of_name = [ix for n, ix, _ in accesses if n == name]
         first = of_name[0]
@@ -57,8 +70,15 @@ def race_free(loop: For, buffers: set[str], sizes: set[str]) -> bool:
             owns(e, loop.var, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
             for p, e in enumerate(first)
         ):
-            return False
-    return True
+            if not explain:
+                return name
+            if not first:
+                return f"{name} is written and has no index (a scalar result): every iteration touches it"
+            seen = sorted({f"{name}[{', '.join(str(e) for e in ix)}]" for ix in of_name})
+            more = f" (and {len(seen) - 3} more)" if len(seen) > 3 else ""
+            return (f"{name} is written but no index position is {loop.var} times a constant plus sizes, "
+                    f"the same in every access: {', '.join(seen[:3])}{more}")
+    return None
 
 
 def _strip(of_name: list, p: int, e: Affine, var: str) -> bool:
@@ -73,14 +93,16 @@ def _strip(of_name: list, p: int, e: Affine, var: str) -> bool:
     return max(offsets) - min(offsets) < abs(e.coeff(var))
 
 
-def _mark(loop: For, buffers: set[str], fixed: set[str], depth: int) -> For:
+def _mark(loop: For, buffers: set[str], fixed: set[str], depth: int, kernel: str) -> For:
     """``loop`` and up to ``depth - 1`` loops directly inside it, marked where race-free."""
     if not loop.parallel:
-        if not race_free(loop, buffers, fixed):
+        why = race(loop, buffers, fixed, logger.isEnabledFor(logging.DEBUG))
+        if why is not None:
+            logger.debug("kernel %s: loop %s not marked parallel: %s", kernel, loop.var, why)
             return loop
         loop = replace(loop, parallel=True)
     if depth > 1 and len(loop.body) == 1 and isinstance(loop.body[0], For):
-        inner = _mark(loop.body[0], buffers, fixed | {loop.var}, depth - 1)
+        inner = _mark(loop.body[0], buffers, fixed | {loop.var}, depth - 1, kernel)
         if inner is not loop.body[0]:
             loop = replace(loop, body=(inner,))
     return loop
@@ -92,9 +114,14 @@ def parallelize(program: LoopProgram, depth: int = 1) -> LoopProgram:
     kernels: list[Kernel] = []
     for k in program.kernels:
         if len(k.body) == 1 and isinstance(k.body[0], For):  # never an external kernel
-            loop = _mark(k.body[0], buffers, sizes, depth)
+            loop = _mark(k.body[0], buffers, sizes, depth, k.name)
             if loop is not k.body[0]:
                 k = replace(k, body=(loop,))
+        elif logger.isEnabledFor(logging.DEBUG):
+            what = ("an external kernel" if k.extern is not None else "its statement is not a loop"
+                    if len(k.body) == 1 else f"{len(k.body)} statements, not one loop")
+            logger.debug("kernel %s: not marked parallel: %s (the runtime splits only a one-loop kernel)",
+                         k.name, what)
         kernels.append(k)
     return replace(program, kernels=tuple(kernels))
 

@@ -24,12 +24,16 @@ so each is split over threads.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import fold_bounds, strides_with
 from tcc.ir.loops import For, If, Kernel, LoopProgram, Stmt
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: at DEBUG, a kernel loop whose inner bounds depend on it but that was not peeled, and why
+logger = logging.getLogger(__name__)
 
 
 def _interior(bounds: tuple[Affine, ...], var: str, lower: bool, sizes: set[str]) -> tuple[list[Affine], list[Affine], tuple[Affine, ...]] | None:
@@ -92,10 +96,16 @@ def peel_kernel(kernel: Kernel, sizes: set[str]) -> tuple[Kernel, ...]:
     found: list[tuple[list[Affine], list[Affine]]] = []
     interior = _simplify(loop.body, loop.var, sizes, found)
     if interior is None:
+        logger.debug("kernel %s: loop %s not peeled: an inner bound on it is not max/min of one bound "
+                     "over sizes and one of stride 1 in %s", kernel.name, loop.var, loop.var)
         return (kernel,)
     ls = [a for los, _ in found for a in los]
     us = [a for _, his in found for a in his]
-    if not ls and not us or len(ls) > 1 or len(us) > 1:
+    if len(ls) > 1 or len(us) > 1:
+        logger.debug("kernel %s: loop %s not peeled: %d lower and %d upper edges (one of each at most)",
+                     kernel.name, loop.var, len(ls), len(us))
+        return (kernel,)
+    if not ls and not us:
         return (kernel,)
     kernels: list[Kernel] = []
     mid_lo = loop.lo + tuple(ls)

@@ -8,6 +8,7 @@ sum, symbolically in β: evaluating a bound costs a few multiply-adds.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from tcc.ir.diagnostics import TccError
@@ -15,6 +16,9 @@ from tcc.ir.expr import CSum, Expr, all_names, transform
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
 from tcc.ir.program import Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def bound_sums(e: Expr, taken: set[str]) -> Expr:

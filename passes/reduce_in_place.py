@@ -29,6 +29,7 @@ contiguous one, and ``o`` must be cheaper than the band's innermost variable.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, Expr, transform
@@ -36,6 +37,9 @@ from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import loads, reduction_band, stride_cost
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: at DEBUG, a row reduction of the right shape that stays as it is, and why
+logger = logging.getLogger(__name__)
 
 
 class _ReduceInPlace:
@@ -80,8 +84,12 @@ class _ReduceInPlace:
         values = [s.value for s in inner]
         reads = {a.tensor for v in values for a in loads(v)}
         if store.buffer in reads:
+            logger.debug("loop %s (accumulator %s): not reduced in place: the reduction reads %s, its result",
+                         loop.var, acc, store.buffer)
             return None
         if stride_cost(loop.var, values, self.buffers) >= stride_cost(band[-1].var, values, self.buffers):
+            logger.debug("loop %s (accumulator %s): not reduced in place: %s is not a smaller stride than %s",
+                         loop.var, acc, loop.var, band[-1].var)
             return None
         element = Access(store.buffer, own)
 

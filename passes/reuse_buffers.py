@@ -21,6 +21,7 @@ store is all that is left of it.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -28,6 +29,9 @@ from tcc.ir.expr import Access, Expr, transform
 from tcc.ir.loop_analysis import all_writes, map_exprs, map_stmts, read_names
 from tcc.ir.loops import Accumulate, Buffer, Extern, Kernel, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def rename_buffers(body: Sequence[Stmt], names: dict[str, str]) -> tuple[Stmt, ...]:

@@ -18,6 +18,7 @@ systems do.
 """
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ from tcc.ir.constrained_sums import rewrite_indices
 from tcc.ir.polyhedra import Facts, definition_facts, program_facts
 from tcc.ir.program import Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------

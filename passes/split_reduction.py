@@ -57,6 +57,7 @@ loop, and the cyclic split would defeat vectorisation there).
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, replace
 
@@ -66,6 +67,9 @@ from tcc.ir.loop_analysis import declared_scalars, perfect_nest, program_names, 
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Local, LoopProgram, Stmt, Store
 from tcc.ir.polyhedra import program_facts
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 #: what an extent that is not a constant counts as when estimating work
 SYMBOLIC_EXTENT = 1024

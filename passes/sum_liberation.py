@@ -17,12 +17,16 @@ would recompute them per iteration.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from tcc.ir.expr import ZERO, Binary, CSum, Expr, Step, Sum, Unary, Where, free_names, is_zero, rebuild, trampoline
 from tcc.ir.index import Affine, Compare, Cond, conjuncts, lookups, make_and
 from tcc.ir.program import Program
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 @dataclass

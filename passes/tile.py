@@ -102,6 +102,7 @@ threads.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Const, Expr, fresh_name, postorder, transform
@@ -121,6 +122,9 @@ from tcc.ir.loop_analysis import (
 )
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 
 def host_vector_bytes(cpuinfo: str = "/proc/cpuinfo") -> int:
@@ -432,6 +436,8 @@ def row_sweep(loop: For, outer: list[str], buffers: set[str], vector_elems: int)
         return None
     new_band, var_lo, var_hi = projected
     if not _sweep_pays(loop, band, values, buffers, vector_elems, new_band != band):
+        logger.debug("loop %s (accumulator %s): no row sweep: the stride model says it does not pay "
+                     "(band %s)", loop.var, acc, ", ".join(l.var for l in band))
         return None
     element = Access(store.buffer, own)
 

@@ -58,6 +58,7 @@ outside it may still fit and is jammed through it.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, fresh_name, postorder
@@ -65,6 +66,9 @@ from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import bound_inside, declared_scalars, fold_bounds, loads, reduction_band, substitute_stmts, walk_exprs, walk_stmts
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: at DEBUG, a loop the budgets (max-product, max-stmts) kept from being unrolled or strip-mined
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------
@@ -220,7 +224,7 @@ class _UnrollJam:
     def copy_names(self, declared: list[str], copy: int) -> dict[str, str]:
         return {n: self.fresh(f"{n}_u{copy}") for n in declared}
 
-    def affordable(self, product: int, added: int) -> bool:
+    def affordable(self, product: int, added: int, loop: For) -> bool:
         """A transformation whose jammed bands hold ``product`` copies and that adds at most
         ``added`` statements to the current kernel fits both budgets.
 
@@ -229,7 +233,12 @@ class _UnrollJam:
         merges the copies' band loops), so a nest the budget refuses is never
         built.
         """
-        return product <= self.max_product and self.stmts + added <= self.max_stmts
+        if product <= self.max_product and self.stmts + added <= self.max_stmts:
+            return True
+        logger.debug("loop %s not unrolled: over budget: %d copies in a band (max-product %d), "
+                     "%d + %d statements (max-stmts %d)", loop.var, product, self.max_product,
+                     self.stmts, added, self.max_stmts)
+        return False
 
     def accept(self, old: tuple[Stmt, ...], new: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
         """Record that ``old`` became ``new`` in the current kernel."""
@@ -275,7 +284,7 @@ class _UnrollJam:
         if _band(s) is not None:
             return None  # s is itself part of a reduction band: interchange's business, not ours
         trips = last - first + 1
-        if not self.affordable(trips * max(inner, _accumulators(s.body)), (trips - 1) * _count(s.body)):
+        if not self.affordable(trips * max(inner, _accumulators(s.body)), (trips - 1) * _count(s.body), s):
             return None
         declared = declared_scalars(s.body)
         copies = []
@@ -293,7 +302,7 @@ class _UnrollJam:
         factor = self.factor
         if factor < 2 or loop.parallel or len(loop.lo) != 1 or len(loop.hi) != 1 or _band(loop) is not None:
             return None
-        if not self.affordable(factor * inner, factor * _count(loop.body)):
+        if not self.affordable(factor * inner, factor * _count(loop.body), loop):
             return None
         lo, hi = loop.lo[0], loop.hi[0]
         if lo.is_constant and hi.is_constant and hi.const - lo.const + 1 < 2 * factor:
@@ -334,7 +343,7 @@ class _UnrollJam:
         if _short_band(loop.body):
             return (kernel,)
         # the band's own accumulators count as copies too: a kernel ``tile`` made has 16 already
-        if not self.affordable(factor * max(product, _accumulators(loop.body)), factor * _count(loop.body)):
+        if not self.affordable(factor * max(product, _accumulators(loop.body)), factor * _count(loop.body), loop):
             return (kernel,)
         mined = self.strip_mine(loop, factor)
         if mined is None:

@@ -9,6 +9,7 @@ names ``tcc.passes.autodiff:AutoDiff``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from tcc.ir.diagnostics import TccError
@@ -16,6 +17,9 @@ from tcc.ir.program import Program
 from tcc.passes.autodiff.forward import differentiate_forward
 from tcc.passes.autodiff.reverse import differentiate
 from tcc.passes.pass_base import Level, Pass, PassContext
+
+#: this pass's logger (docs/logging.md): silent unless tcc -v / TCC_LOG or the application asks
+logger = logging.getLogger(__name__)
 
 __all__ = ["AutoDiff", "differentiate", "differentiate_forward"]
 

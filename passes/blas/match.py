@@ -1,6 +1,7 @@
 """The matmul and matrix-vector matchers of ``blas`` (the rules are in the package docstring, passes/blas/__init__.py)."""
 from __future__ import annotations
 
+import logging
 import math
 
 from tcc.ir.expr import (
@@ -29,12 +30,37 @@ from .reuse import reuse_outlined
 
 __all__ = ["DEFAULT_MIN_WORK", "Rewriter"]
 
+#: the ``blas`` pass's logger (``tcc.passes.blas``): at DEBUG, why a definition or a sum stayed loops
+logger = logging.getLogger(__package__)
+
 #: p * q * r below which a constant-size product stays a loop nest
 DEFAULT_MIN_WORK = 32768
 
 
 class _NoMatch(Exception):
-    """The definition is not a matrix product of the supported shape."""
+    """The definition is not a matrix product of the supported shape.
+
+    It carries why, as a %-format and its arguments: the text is built only
+    when a log record is emitted (declines are frequent, logging usually off).
+    """
+
+    def __init__(self, fmt: str = "not a matrix product", *args: object) -> None:
+        super().__init__(fmt, *args)
+        self.fmt, self.fmt_args = fmt, args
+
+    def __str__(self) -> str:
+        return self.fmt % tuple(_show(a) if isinstance(a, Expr) else a for a in self.fmt_args)
+
+
+def _show(e: Expr, limit: int = 60) -> str:
+    """``e`` printed, cut to ``limit`` characters: enough to find it in ``--dump-before blas``."""
+    text = str(e)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _work(extents: tuple[Affine, ...]) -> str:
+    """The multiply-add count ``p * q * r`` of a product, for a min-work decline."""
+    return " * ".join(str(e.const) for e in extents) + f" = {math.prod(e.const for e in extents)}"
 
 
 def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[Expr], keep_sums: bool = False) -> bool:
@@ -65,11 +91,11 @@ def _factors(e: Expr, sizes: set[str], a: str, b: str, negated: bool, out: list[
                 out.append(x)
             elif isinstance(x, Binary) and x.op == "/":
                 if {a, b} <= set(free_names(x.rhs)) - sizes:
-                    raise _NoMatch
+                    raise _NoMatch("the divisor of %s depends on both %s and %s", x, a, b)
                 stack.append((True, Binary("/", ONE, x.rhs)))
                 stack.append((False, x.lhs))
             else:
-                raise _NoMatch
+                raise _NoMatch("the factor %s depends on both %s and %s", x, a, b)
     return negated
 
 
@@ -152,10 +178,19 @@ class Rewriter:
         d = reuse_outlined(d, self.outlined, self.canon, self.sizes)  # db = sum[a](dX_lhs[a, c])
         if len(d.indices) >= 2:
             try:
-                return self.match(d)
-            except _NoMatch:
-                pass
+                new = self.match(d)
+                logger.info("%s: now %s", d.name, new[-1].body)
+                return new
+            except _NoMatch as why:
+                logger.debug("%s: not a matrix product as a whole: %s; looking at its sums", d.name, why)
         return self.split(d)
+
+    def declined(self, d: Definition, s: Expr, what: str, why: str, *args: object) -> None:
+        """Log (DEBUG) why the sum ``s`` inside ``d`` did not become ``what``; returns ``None``
+        so that a matcher can ``return self.declined(...)``."""
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: %s not %s: %s", d.name, _show(s), what, str(_NoMatch(why, *args)))
+        return None
 
     def split(self, d: Definition) -> list[Definition]:
         """The epilogue split: each matchable contraction inside ``d``'s body becomes a definition of its own.
@@ -183,15 +218,20 @@ class Rewriter:
             if set(bound_vars(e)) & set(d.indices) or isinstance(e, Where):
                 # a sum that shadows an index of d reads another variable inside; a guarded
                 # contraction is computed only where its guard holds (a Hessian's diagonal block)
+                if isinstance(e, Where) and logger.isEnabledFor(logging.DEBUG) and any(
+                        isinstance(n, Sum) for n in postorder(e)):
+                    logger.debug("%s: the sums inside %s stay loops: a where guards them", d.name, _show(e))
                 continue
             free = set(free_names(e, memo)) if isinstance(e, Sum) else set()  # memo: linear on deep bodies
             names = [x for x in d.indices if x in free]
             if len(names) >= 2 and not free - self.sizes - set(names):
                 name = fresh_name(f"{d.name}_mm", self.taken)
+                first: _NoMatch | None = None
                 for order in _orders(names):
                     try:
                         new = self.match(Definition(name, order, e, tuple(extent[x] for x in order), d.loc))
-                    except _NoMatch:
+                    except _NoMatch as why:
+                        first = first or why
                         continue
                     self.taken.add(name)
                     out.extend(new)
@@ -199,6 +239,8 @@ class Rewriter:
                     break
                 if e in mapping:
                     continue
+                if first is not None and logger.isEnabledFor(logging.DEBUG):  # the preferred order's reason
+                    self.declined(d, e, f"a matmul over ({', '.join(names[-2:])})", "%s", first)
             elif len(names) == 1 and not free - self.sizes - set(names):
                 found = self.matvec(d, e, names[0], extent[names[0]], out)
                 if found is not None:
@@ -212,6 +254,8 @@ class Rewriter:
             if isinstance(e, Sum) and not free - self.sizes - set(names):  # several contracted indices, ...
                 fn = contraction(tuple(names), tuple(extent[x] for x in names), e, self.program, self.sizes,
                                  self.facts, self.min_work, self.copy_cost)
+                if fn is None and len(names) >= 2:
+                    self.declined(d, e, "a contraction", "not two plain reads, or the cost model keeps the loops")
                 if fn is not None and e is d.body and tuple(names) == d.indices:
                     return [d.with_body(fn)]  # the whole body: D itself is the contraction
                 if fn is not None:
@@ -222,6 +266,7 @@ class Rewriter:
             stack.extend(reversed(e.children()))
         if not mapping:
             return [d]
+        logger.info("%s: %s outlined", d.name, ", ".join(x.name for x in out))
         return out + [d.with_body(transform(d.body, lambda n: mapping.get(n, n)))]
 
     def nested_matvec(self, d: Definition, e: Sum, out: list[Definition]) -> Expr | None:
@@ -252,15 +297,16 @@ class Rewriter:
         ``M[z, x]``), as ``<D>_mm[x, u] = matmul(M, V)[x, u]`` with ``V[z, u] = v[z]`` and ``u`` a
         unit index (extent 1): NumPy runs a matrix times an ``n x 1`` one as a matrix-vector
         product.  Returns the access ``<D>_mm[x, 0]`` that replaces ``s``, or ``None``."""
-        if not isinstance(s, Sum) or len(s.hi) != 1 or s.lo != (Affine.constant(0),):
+        if not isinstance(s, Sum):
             return None
-        if not of_sizes(s.hi[0], self.sizes):
-            return None
+        mv = "a matrix-vector product"
+        if len(s.hi) != 1 or s.lo != (Affine.constant(0),) or not of_sizes(s.hi[0], self.sizes):
+            return self.declined(d, s, mv, "sum[%s]'s range is not 0..N - 1 with N over sizes", s.var)
         z, q = s.var, s.hi[0] + 1
         if not self.facts.implies(Compare(">=", q, Affine.constant(0))):
-            return None
-        if p.is_constant and q.is_constant and p.const * q.const < self.min_work:
-            return None  # tiny: a call costs more than the loops
+            return self.declined(d, s, mv, "sum[%s]'s range may be empty", z)
+        if p.is_constant and q.is_constant and p.const * q.const < self.min_work:  # a call costs more
+            return self.declined(d, s, mv, "tiny: %s multiply-adds < min-work %d", _work((p, q)), self.min_work)
         factors: list[Expr] = []
         negated = _factors(s.body, self.sizes, x, "", False, factors)  # "": no factor mixes a pair
         k = 0
@@ -272,8 +318,8 @@ class Rewriter:
                 factors[k:k + 1] = sub + [Binary("/", ONE, f.rhs)]
             else:
                 k += 1
-        if any(set(free_names(f)) - self.sizes - {x, z} for f in factors):
-            return None  # a factor on a bound variable of an inner sum
+        if any(set(free_names(f)) - self.sizes - {x, z} for f in factors):  # a bound variable of an inner sum
+            return self.declined(d, s, mv, "a factor depends on a variable other than %s and %s", x, z)
         # a factor free of z (on x, or a scalar such as a seed `df`) scales the product outside the call:
         # inside the outlined vector it would make `df * x[z]` a side of its own, which `reuse` cannot
         # share with the plain `x[z]` of the value's product (the quadratic form's third gemv)
@@ -281,8 +327,11 @@ class Rewriter:
         mat = [f for f in factors if x in free_names(f) and z in free_names(f)]
         vec = [f for f in factors if x not in free_names(f) and z in free_names(f)]
         matrix = self.plain(mat, False, x, z, (p, q))
-        if matrix is None or not any(z in free_names(f) for f in vec):
-            return None  # an outlined matrix would cost as much memory traffic as the loops
+        if matrix is None:  # an outlined matrix would cost as much memory traffic as the loops
+            return self.declined(d, s, mv, "the matrix side is not one plain read %s[%s, %s] or its transpose",
+                                 "P", x, z)
+        if not any(z in free_names(f) for f in vec):
+            return self.declined(d, s, mv, "the vector side does not mention %s", z)
         u = self.fresh("_u")
         one = Affine.constant(1)
         rhs = self.outline(d, vec, negated, (z, u), (q, one), ((), ()), "rhs", out)
@@ -302,18 +351,18 @@ class Rewriter:
         negated = _factors(d.body, self.sizes, a, b, False, outer, keep_sums=True)
         sums = [f for f in outer if isinstance(f, Sum) and {a, b} <= set(free_names(f))]
         if len(sums) != 1:
-            raise _NoMatch
+            raise _NoMatch("the body is not one sum over %s and %s times factors (%d such sums)", a, b, len(sums))
         s = sums[0]
         at = outer.index(s)
         zero = Affine.constant(0)
         if s.lo != (zero,) or len(s.hi) != 1 or not of_sizes(s.hi[0], self.sizes):
-            raise _NoMatch
+            raise _NoMatch("sum[%s]'s range is not 0..N - 1 with N over sizes", s.var)
         q = s.hi[0] + 1
         if not self.facts.implies(Compare(">=", q, zero)):
-            raise _NoMatch  # the range may be empty: L and R would get negative extents
+            raise _NoMatch("sum[%s]'s range may be empty", s.var)  # L and R would get negative extents
         work = tuple(d.extents) + (q,)
         if all(e.is_constant for e in work) and math.prod(e.const for e in work) < self.min_work:
-            raise _NoMatch  # tiny: a call costs more than the loops
+            raise _NoMatch("tiny: %s multiply-adds < min-work %d", _work(work), self.min_work)
         inner: list[Expr] = []
         negated = _factors(s.body, self.sizes, a, b, negated, inner)
         return outer[:at] + inner + outer[at + 1:], negated, s
@@ -329,8 +378,10 @@ class Rewriter:
         on_batch: dict[int, bool] = {}
         for k, f in enumerate(factors):
             names = set(free_names(f)) - self.sizes
-            if names - {*batch, a, b, z} or {a, b} <= names:
-                raise _NoMatch  # on a and b, or on a name that is neither (say a sum variable)
+            if {a, b} <= names:
+                raise _NoMatch("the factor %s depends on both %s and %s", f, a, b)
+            if names - {*batch, a, b, z}:  # say the variable of an inner sum
+                raise _NoMatch("the factor %s depends on %s", f, ", ".join(sorted(names - {*batch, a, b, z})))
             side[k] = "left" if a in names else "right" if b in names else ""
             on_batch[k] = bool(names & set(batch))
         left = [f for k, f in enumerate(factors) if side[k] == "left"]
@@ -343,10 +394,11 @@ class Rewriter:
         extra = "right" if to_right else "left"
         ks = {w: [k for k in side if side[k] == w or (not side[k] and extra == w)] for w in ("left", "right")}
         left, right = ([factors[k] for k in ks[w]] for w in ("left", "right"))
-        if not any(z in free_names(f) for f in left) or not any(z in free_names(f) for f in right):
-            raise _NoMatch
+        for what, fs in (("left", left), ("right", right)):
+            if not any(z in free_names(f) for f in fs):
+                raise _NoMatch("the %s side does not mention %s", what, z)
         if batch and not any(on_batch[k] for k in side):
-            raise _NoMatch  # neither side varies along the batch: not a batch of products
+            raise _NoMatch("neither side varies along the batch %s", ", ".join(batch))
         out: list[Definition] = []
         lhs = self.outline(d, left, negated and not to_right, (a, z), (p, q), shape, "lhs", out)
         rhs = self.outline(d, right, negated and to_right, (z, b), (q, r), shape, "rhs", out)

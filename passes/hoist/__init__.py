@@ -95,13 +95,13 @@ def hoist_program(
         body = k.body
         pinned = len(body) == 1 and isinstance(body[0], For)
         if licm:
-            body = Licm(checker, body).block(body, top, pinned=pinned)
+            body = Licm(checker, body, k.name).block(body, top, pinned=pinned)
         if factor:
             # after a first licm: a factor computed by a let inside the loop
             # (``let v = s[i]**2`` in a loop over j) is invariant only outside it
             body = Factor(checker, taken).block(body, top, frozenset())
         if licm and factor:
-            body = Licm(checker, body).block(body, top, pinned=pinned)
+            body = Licm(checker, body, k.name).block(body, top, pinned=pinned)
         kernels.append(replace(k, body=body))
     temps: list[Buffer] = []
     if extract:

@@ -7,6 +7,7 @@ and the original place reads ``let s = t[j]``.  See the package docstring.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Binary, Const, Expr, Unary, fresh_name, postorder
@@ -17,6 +18,9 @@ from tcc.ir.polyhedra import Facts, program_facts
 
 from .safety import BoundsChecker, nonempty_guard
 from .units import Unit, replace_unit, units
+
+#: the ``hoist`` pass's logger (``tcc.passes.hoist``): at DEBUG, what stayed where it was and why
+logger = logging.getLogger(__package__)
 
 
 @dataclass
@@ -92,31 +96,32 @@ class Extract:
             if n in visible:
                 d = visible[n]
                 if not isinstance(d, Let):
-                    return None  # a local: its value changes as the kernel runs
+                    return self.keep(kernel, unit, "it reads a local, whose value changes as the kernel runs")
                 needed.append(d)
                 todo |= set(expr_names(d.value))
         if (free & self.buffers) & written:
-            return None  # reads a buffer this kernel writes: it cannot run before
+            return self.keep(kernel, unit, "it reads %s, which this kernel writes: it cannot run before",
+                             ", ".join(sorted((free & self.buffers) & written)))
         depends = free & loop_vars
         kept = [l for l in loops if l.var in depends]
         if len(kept) == len(loops):
-            return None  # nothing to gain: every enclosing loop matters
+            return self.keep(kernel, unit, "it depends on every enclosing loop")
         kept_vars = {l.var for l in kept}
         for l in kept:
             if not affine_names(l.lo + l.hi) <= self.sizes | kept_vars:
-                return None  # the range of a kept loop depends on a dropped one
+                return self.keep(kernel, unit, "the range of loop %s depends on a dropped loop", l.var)
         shape: list[Affine] = []
         index: list[Affine] = []
         for l in kept:
             lo = next((b for b in l.lo if of_sizes(b, self.sizes)), None)
             hi = next((b for b in l.hi if of_sizes(b, self.sizes)), None)
             if lo is None or hi is None:
-                return None  # no box around a triangular range
+                return self.keep(kernel, unit, "no box around the triangular range of loop %s", l.var)
             extent = hi - lo + 1
             if extent not in self.extents and not program_facts(self.program.sizes).implies(
                 Compare(">=", extent, Affine.constant(0))
             ):
-                return None  # the temp could get a negative extent
+                return self.keep(kernel, unit, "the temp could get a negative extent %s", extent)
             shape.append(extent)
             index.append(Affine.var(l.var) - lo)
         lets = _in_order(needed, path, block_before)
@@ -126,7 +131,7 @@ class Extract:
             if self.checker.stmts_ok(tuple(lets) + unit.stmts, facts):
                 break
         else:
-            return None
+            return self.keep(kernel, unit, "a load is not provably in bounds in the new kernel")
         # build the temp, the kernel filling it, and the read replacing the reduction
         acc = unit.name
         name = fresh_name(f"{kernel.name}_t", self.taken)
@@ -139,6 +144,12 @@ class Extract:
         read = Let(acc, Access(name, tuple(index)))
         body = replace_unit(kernel.body, unit, read)
         return new_kernel, replace(kernel, body=body)
+
+    def keep(self, kernel: Kernel, unit: Unit, why: str, *args: object) -> None:
+        """Log (DEBUG) why ``unit`` stays in ``kernel``; ``None`` for ``return self.keep(...)``."""
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("kernel %s: %s %s not extracted: %s", kernel.name, unit.kind, unit.name, why % args)
+        return None
 
     def nest(self, path: list[_Frame], kept_vars: set[str], guards: bool) -> tuple[list[Stmt], Facts]:
         """The new kernel's loops and tests (bodies left empty), outermost

@@ -6,6 +6,7 @@ the package docstring.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from tcc.ir.index import make_and
@@ -15,6 +16,8 @@ from tcc.ir.polyhedra import Facts
 
 from .safety import BoundsChecker, nonempty_guard, with_negation
 from .units import guarded, units
+
+logger = logging.getLogger(__package__)  # tcc.passes.hoist: at DEBUG, invariant code that stays
 
 
 class Licm:
@@ -26,8 +29,9 @@ class Licm:
     name unique, hand-written L2 need not).
     """
 
-    def __init__(self, checker: BoundsChecker, body: tuple[Stmt, ...]) -> None:
+    def __init__(self, checker: BoundsChecker, body: tuple[Stmt, ...], kernel: str = "") -> None:
         self.checker = checker
+        self.kernel = kernel  # its name, for the log
         counts: dict[str, int] = {}
         for s in walk_stmts(body):
             if isinstance(s, (Let, Local, For)):
@@ -64,24 +68,33 @@ class Licm:
         staying = [True] * len(parts)
         hoisted: list[Stmt] = []
         for k, u in enumerate(parts):
-            if u.kind == "other" or u.name not in self.unique:
+            if u.kind == "other":
                 continue
             others = set().union(*(w for j, w in enumerate(writes) if staying[j] and j != k))
             used = read_names(u.stmts)
             if loop.var in used or used & others:
                 continue
+            if u.name not in self.unique:
+                self.stays(u.kind, u.name, loop, "its name is declared more than once in the kernel")
+                continue
             if u.kind == "reduction" and u.name in others:
-                continue  # the accumulator is also written elsewhere in the loop
+                self.stays(u.kind, u.name, loop, "the accumulator is also written elsewhere in the loop")
+                continue
             stmts = u.stmts
             if not self.checker.stmts_ok(stmts, facts):
                 # the loads are safe only where the loop runs: keep that test
                 if not self.checker.stmts_ok(stmts, facts.with_range(loop.var, loop.lo, loop.hi)):
+                    self.stays(u.kind, u.name, loop, "a load is not provably in bounds in front of the loop")
                     continue
                 stmts = guarded(u, make_and(nonempty_guard(loop, facts)))
             staying[k] = False
             hoisted.extend(stmts)
         body = tuple(s for k, u in enumerate(parts) if staying[k] for s in u.stmts)
         return hoisted, (replace(loop, body=body) if body else None)
+
+    def stays(self, kind: str, name: str, loop: For, why: str) -> None:
+        """Log (DEBUG) why an invariant ``let``/reduction stays inside ``loop``."""
+        logger.debug("kernel %s: invariant %s %s stays in loop %s: %s", self.kernel, kind, name, loop.var, why)
 
 
 def _reduction_start(out: list[Stmt], loop: For) -> int:
