@@ -23,10 +23,16 @@ Why it is built this way:
 * **Index inputs** (``index tok[n] < v``) are integer tensors, validated by
   the compiled program like NumPy arrays, and get no gradient.
 
-Only the CPU targets (``cpu``, ``cuda-sim``) are supported: the cuda target's
-device arrays are PyCUDA's, and passing CUDA tensors through
-``__cuda_array_interface__`` is not built yet (a CUDA tensor is refused
-with a clear error).
+* **CUDA tensors go to the cuda target in place.**  With ``target="cuda"``
+  float tensors on a CUDA device are handed to the compiled program as they
+  are: the cuda runtime reads them through ``__cuda_array_interface__`` (no
+  copy) and returns results as tensors on the same device
+  (:mod:`tcc.backends.cuda`).  Index tensors are copied to the host, where the
+  runtime validates index arrays before any launch.  CPU tensors work with
+  ``target="cuda"`` too (copied to the device and back by the runtime), which
+  is how the path is tested without a GPU (PyCUDA's test double).  The
+  ``cpu`` and ``cuda-sim`` targets take CPU tensors only; a call mixing
+  devices is refused rather than moved behind the caller's back.
 """
 from __future__ import annotations
 
@@ -59,8 +65,8 @@ class TorchFunction(FrameworkFunction):
     api = "tcc.torch.function"
 
     def __init__(self, source: Any, dtype: str | None, target: str, threads: int | None) -> None:
-        if target not in ("cpu", "cuda-sim"):
-            raise ValueError(f"tcc.torch.function supports the targets 'cpu' and 'cuda-sim', not {target!r}")
+        if target not in TARGETS:
+            raise ValueError(f"tcc.torch.function supports the targets 'cpu', 'cuda-sim' and 'cuda', not {target!r}")
         super().__init__(source, dtype)
         self.target = target
         self.threads = threads
@@ -80,18 +86,52 @@ class TorchFunction(FrameworkFunction):
         for name, t in tensors.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"input '{name}' must be a torch.Tensor, got {type(t).__name__}")
-            if t.device.type != "cpu":
-                raise TccError(f"input '{name}' is on {t.device}: tcc.torch runs CPU tensors only "
-                               "(the cuda target's device arrays are PyCUDA's)")
+        self._check_devices(tensors)
         dtype = self.dtype_from({n: str(t.dtype).replace("torch.", "") for n, t in tensors.items()})
         names = list(self.inputs)
         outs = _Apply.apply(self, dtype, names, *[tensors[n] for n in names])
         return dict(zip(self.results, outs))
 
+    def _check_devices(self, tensors: dict[str, Any]) -> None:
+        """CPU tensors for ``cpu`` and ``cuda-sim``; one device, CPU or CUDA, for ``cuda``."""
+        devices = sorted({str(t.device) for t in tensors.values()})
+        if self.target != "cuda":
+            for name, t in tensors.items():
+                if t.device.type != "cpu":
+                    raise TccError(f"input '{name}' is on {t.device}: the target '{self.target}' runs CPU tensors "
+                                   "(target='cuda' takes CUDA tensors)")
+            return
+        if len(devices) > 1:
+            raise TccError(f"the inputs are on several devices ({', '.join(devices)}): "
+                           "put them on one device (tcc.torch does not move tensors)")
+        for name, t in tensors.items():
+            if t.device.type not in ("cpu", "cuda"):
+                raise TccError(f"input '{name}' is on {t.device}: the target 'cuda' takes CUDA or CPU tensors")
 
-def _numpy(t: Any) -> np.ndarray:
-    """A NumPy view of a CPU tensor (a contiguous copy first where it is not contiguous)."""
-    return t.detach().contiguous().numpy()
+
+#: the targets a TorchFunction runs on
+TARGETS = ("cpu", "cuda-sim", "cuda")
+
+
+def _argument(t: Any, index: bool) -> Any:
+    """What the compiled program gets for a tensor.
+
+    A CPU tensor: a NumPy view (a contiguous copy first where it is not
+    contiguous).  A CUDA float tensor: the detached tensor itself, read in
+    place through ``__cuda_array_interface__`` (torch refuses that attribute
+    on a tensor that requires grad).  A CUDA index tensor: a host copy, since
+    index arrays are validated on the host.
+    """
+    t = t.detach().contiguous()
+    if t.device.type == "cpu":
+        return t.numpy()
+    return t.cpu().numpy() if index else t
+
+
+def _tensor(value: Any) -> Any:
+    """A result as a tensor: NumPy arrays shared through ``from_numpy``; device results are tensors already."""
+    torch = _torch()
+    return value if isinstance(value, torch.Tensor) else torch.from_numpy(value)
 
 
 def _make_apply() -> Any:
@@ -102,10 +142,10 @@ def _make_apply() -> Any:
 
         @staticmethod
         def forward(ctx: Any, fn: TorchFunction, dtype: str, names: list[str], *tensors: Any) -> tuple[Any, ...]:
-            out = fn.run(dtype, {n: _numpy(t) for n, t in zip(names, tensors)})
+            out = fn.run(dtype, {n: _argument(t, n in fn.index_inputs) for n, t in zip(names, tensors)})
             ctx.fn, ctx.dtype, ctx.names = fn, dtype, names
             ctx.save_for_backward(*tensors)
-            return tuple(torch.from_numpy(out[n]) for n in fn.results)
+            return tuple(_tensor(out[n]) for n in fn.results)
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
@@ -147,6 +187,7 @@ def function(source: Any, *, dtype: Any = None, target: str = "cpu", threads: in
 
     ``dtype`` (``float64`` / ``float32``) fixes the element type; ``None``
     takes it from the float input tensors at each call.  ``target`` is
-    ``cpu`` or ``cuda-sim``; ``threads`` as for :func:`tcc.compile`.
+    ``cpu``, ``cuda-sim`` (CPU tensors) or ``cuda`` (CUDA tensors in place, or
+    CPU tensors copied through the device); ``threads`` as for :func:`tcc.compile`.
     """
     return TorchFunction(read_source(source), None if dtype is None else str(np.dtype(dtype)), target, threads)
