@@ -56,7 +56,6 @@ import pickle
 import re
 import struct
 import sys
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -237,6 +236,8 @@ class DiskCache:
                               hashlib.sha256(payload).digest())
         if _HEADER.size + len(payload) > self.bound:
             return False
+        import tempfile  # only when storing: a hit's process need not import it
+
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=self.root)
