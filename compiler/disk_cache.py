@@ -144,11 +144,14 @@ def _environment() -> tuple[str, ...]:
     import tcc
     from tcc.backends.llvm.machines import host_triple
 
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # LLVM cannot list them here: the CPU name (and triple) must do, as for MCJIT
+        features = "?"
     return (
         f"format={FORMAT_VERSION}", f"tcc={tcc.__version__}", f"sources={_source_digest()}",
         f"llvmlite={llvmlite.__version__}", f"python={sys.implementation.name}-{sys.version_info[:3]}",
-        f"triple={host_triple()}", f"cpu={llvm.get_host_cpu_name()}",
-        f"features={llvm.get_host_cpu_features().flatten()}",
+        f"triple={host_triple()}", f"cpu={llvm.get_host_cpu_name()}", f"features={features}",
     )
 
 

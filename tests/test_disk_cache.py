@@ -340,3 +340,12 @@ def test_the_cached_call_time_order_variants_still_compile(cache: Path) -> None:
     np.testing.assert_allclose(f(A=a, B=b, C=c)["D"], a @ b @ c, rtol=1e-12)
     np.testing.assert_allclose(f(A=a.T.copy(), B=b.T.copy(), C=c.T.copy())["D"], a.T @ b.T @ c.T, rtol=1e-12)
     assert f._reorder is not None
+
+
+def test_a_program_too_deep_to_pickle_compiles_uncached(cache: Path) -> None:
+    """An expression nested beyond Python's recursion limit cannot be pickled: the compile goes on, unstored."""
+    body = " + ".join(f"x[i] * {k}" for k in range(3000))
+    before = counts()
+    f = tcc.compile(f"input x[4]\ny[i] = {body}\n")
+    np.testing.assert_allclose(f(x=np.arange(4.0))["y"], np.arange(4.0) * (3000 * 2999 / 2), rtol=1e-12)
+    assert delta(before) == {"hits": 0, "misses": 1, "stores": 0, "rejected": 0} and entries(cache) == []
