@@ -349,3 +349,25 @@ def test_a_program_too_deep_to_pickle_compiles_uncached(cache: Path) -> None:
     f = tcc.compile(f"input x[4]\ny[i] = {body}\n")
     np.testing.assert_allclose(f(x=np.arange(4.0))["y"], np.arange(4.0) * (3000 * 2999 / 2), rtol=1e-12)
     assert delta(before) == {"hits": 0, "misses": 1, "stores": 0, "rejected": 0} and entries(cache) == []
+
+
+@pytest.mark.parametrize("change", ["cpu", "llvmlite", "tcc"])
+def test_the_key_changes_with_the_host_cpu_and_the_versions(monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    args = ("input x[n]\ny[i] = x[i]\n", "infer-ranges,lower-loops", "float64", "cpu")
+    key = disk_cache.entry_key(*args)
+    if change == "cpu":
+        monkeypatch.setattr(llvm, "get_host_cpu_name", lambda: "some-other-cpu")
+    elif change == "llvmlite":
+        monkeypatch.setattr(llvmlite, "__version__", "0.0.1")
+    else:
+        monkeypatch.setattr(tcc, "__version__", "0.0.1")
+    disk_cache._environment.cache_clear()
+    try:
+        assert disk_cache.entry_key(*args) != key
+    finally:
+        monkeypatch.undo()
+        disk_cache._environment.cache_clear()
+    assert disk_cache.entry_key(*args) == key
