@@ -7,13 +7,14 @@ For every case a fresh interpreter parses the program (and derives it with
 compile) and times ``tcc.compile``: *cold* with an empty ``TCC_CACHE_DIR``,
 *warm* with the entry the cold run stored, *off* with ``TCC_CACHE_DIR=`` (no
 cache: what a compile cost before the cache, without its store).  Each is
-the median of ``--repeat`` processes (default 5), wall seconds inside the
-process (``time.perf_counter`` around the call: the imports the compile
-triggers count -- llvmlite, tcc's passes, the runtime -- interpreter start-up
-does not).  The *primed* columns do the same in processes that compiled
+the median of ``--repeat`` processes (default 5), CPU seconds of the process
+around the call (``time.process_time``: other jobs on a shared machine do not
+inflate it; the imports the compile triggers count -- llvmlite, tcc's passes,
+the runtime -- interpreter start-up does not).  The *primed* columns do the same in processes that compiled
 another (tiny, uncached) program first, so those imports are done: the cost
 of the compile itself.  *process* is the whole process's wall time (start-up,
-imports, parsing and ``tcc.grad`` included), unprimed.  The table is markdown.
+imports, parsing and ``tcc.grad`` included), unprimed; *parse+grad* the wall
+time before the compile.  The table is markdown.
 
 Python's bytecode cache is on for the children (``PYTHONDONTWRITEBYTECODE``
 removed, ``PYTHONPYCACHEPREFIX`` a temporary directory, filled by a first
@@ -61,10 +62,10 @@ if spec:
 if len(sys.argv) > 2:  # a process that has compiled before: tcc's passes, llvmlite and the runtime imported
     from tcc.instruments import BaseInstrument  # an instrument: this compile neither reads nor writes a cache
     tcc.compile("input x[n]\\ny[i] = x[i] * 0.5\\n", instruments=[BaseInstrument()])
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 tcc.compile(program)
-t2 = time.perf_counter()
-print(json.dumps({"front": t1 - t0, "compile": t2 - t1, "stats": disk_cache.STATS}))
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"front": t1 - t0, "wall": t2 - t1, "compile": c2 - c1, "stats": disk_cache.STATS}))
 """
 
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
         child(CASES[names[0]], str(scratch / "warm-up"), env, primed=True)  # compiles tcc's modules to bytecode
-        print(f"compile wall seconds, median of {args.repeat} fresh processes each\n")
+        print(f"compile CPU seconds (process: wall), median of {args.repeat} fresh processes each\n")
         print(HEADER)
         print("|---" + "|---:" * (HEADER.count("|") - 2) + "|")
         for name in names:
