@@ -254,7 +254,9 @@ def _jit(llvm_module: LLVMModule, capture: bool) -> tuple[CpuExecutable, bytes]:
             engine.set_object_cache(lambda _module, buffer: objects.append(bytes(buffer)), lambda _module: None)
         engine.finalize_object()
         engine.run_static_constructors()
-        return _executable(llvm_module, engine), b"".join(objects)
+        code = b"".join(objects)
+        objects.clear()  # the engine keeps the callback (and so the list) alive: not the bytes as well
+        return _executable(llvm_module, engine), code
 
 
 def _executable(llvm_module: LLVMModule, engine: Any) -> CpuExecutable:
