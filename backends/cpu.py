@@ -2,7 +2,10 @@
 
 The code is compiled for the host CPU (its name and feature flags), so it
 uses whatever vector width the machine has, and is not portable to another
-machine -- it never leaves the process.  Math functions that are not LLVM
+machine -- it leaves the process only as object code in the on-disk compile
+cache (:mod:`tcc.disk_cache`: :func:`jit_with_object` hands MCJIT's object
+file over, :func:`load_object` links it into a fresh engine), whose key
+includes the host CPU's name and features.  Math functions that are not LLVM
 intrinsics (``tan``, ``asinf``, ...) are resolved by MCJIT from the process,
 which has libm loaded; :func:`_ensure_libm` loads it explicitly where it is
 not.
@@ -47,6 +50,8 @@ __all__ = [
     "host_data_layout",
     "host_triple",
     "jit",
+    "jit_with_object",
+    "load_object",
     "optimize",
     "target_machine",
 ]
@@ -199,22 +204,71 @@ class CpuExecutable(Executable):
 
 def jit(llvm_module: LLVMModule) -> CpuExecutable:
     """Compile the module to host code with MCJIT (optimize it first: this only runs codegen)."""
+    return _jit(llvm_module, capture=False)[0]
+
+
+def jit_with_object(llvm_module: LLVMModule) -> tuple[CpuExecutable, bytes]:
+    """:func:`jit`, and the object code MCJIT produced (what :func:`load_object` loads in another process).
+
+    The bytes are MCJIT's own, taken from its object-cache notification, so
+    a process that loads them runs exactly the code this one runs.
+    """
+    executable, code = _jit(llvm_module, capture=True)
+    if not code:  # pragma: no cover - MCJIT always notifies the object of a module it compiles
+        raise RuntimeError("MCJIT reported no object code for the module (a compiler bug)")
+    return executable, code
+
+
+def load_object(llvm_module: LLVMModule, object_code: bytes) -> CpuExecutable:
+    """Host code from :func:`jit_with_object`'s object code: no LLVM optimisation or codegen, only linking.
+
+    ``llvm_module`` is the optimised module the code was compiled from (its
+    L2 program and kernel symbols); it is not parsed.  A symbol the object
+    lacks raises ``RuntimeError`` (a cache entry that does not match).
+    """
+    _check_host_module(llvm_module)
+    _ensure_libm()
+    with _LOCK:
+        initialize_host()
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_host_target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(object_code)))
+        engine.finalize_object()
+        engine.run_static_constructors()
+        return _executable(llvm_module, engine)
+
+
+def _check_host_module(llvm_module: LLVMModule) -> None:
     if llvm_module.target not in ("cpu", "cuda-sim"):
         raise ValueError(f"the CPU backend cannot run a module for target '{llvm_module.target}'")
+
+
+def _jit(llvm_module: LLVMModule, capture: bool) -> tuple[CpuExecutable, bytes]:
+    """MCJIT's code for the module; with ``capture``, the object file too (else ``b""``)."""
+    _check_host_module(llvm_module)
     _ensure_libm()
+    objects: list[bytes] = []
     with _LOCK:
         mod = _parse(llvm_module)
         engine = llvm.create_mcjit_compiler(mod, new_host_target_machine())
+        if capture:
+            engine.set_object_cache(lambda _module, buffer: objects.append(bytes(buffer)), lambda _module: None)
         engine.finalize_object()
         engine.run_static_constructors()
-        entries = []
-        for kernel, symbol in zip(llvm_module.program.kernels, llvm_module.kernel_symbols):
-            if kernel.extern is not None:
-                entries.append(KernelEntry(kernel.name, "", None, False, kernel.extern))
-                continue
-            address = engine.get_function_address(symbol)
-            if not address:
-                raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")
-            entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None,
-                                       kernel=kernel))
+        code = b"".join(objects)
+        objects.clear()  # the engine keeps the callback (and so the list) alive: not the bytes as well
+        return _executable(llvm_module, engine), code
+
+
+def _executable(llvm_module: LLVMModule, engine: Any) -> CpuExecutable:
+    """The kernels of a finalized engine, by the module's kernel symbols (``_LOCK`` held)."""
+    entries = []
+    for kernel, symbol in zip(llvm_module.program.kernels, llvm_module.kernel_symbols):
+        if kernel.extern is not None:
+            entries.append(KernelEntry(kernel.name, "", None, False, kernel.extern))
+            continue
+        address = engine.get_function_address(symbol)
+        if not address:
+            raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")
+        entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None,
+                                   kernel=kernel))
     return CpuExecutable(tuple(entries), llvm_module.program, llvm_module.dtype, engine, llvm_module)

@@ -18,6 +18,10 @@ user asked to watch the passes run.  The cache keeps the :data:`CACHE_SIZE`
 most recently used programs (about 1 MB each: machine code, LLVM module and
 IR); an evicted program's code lives on in the callables already returned
 for it and is freed with the last of them.
+
+Below the in-memory cache, CPU compiles are kept on disk across processes
+(:mod:`tcc.disk_cache`: ``TCC_CACHE_DIR``, docs/cache.md), under a key that
+adds the host CPU and the tcc and llvmlite versions to the one above.
 """
 from __future__ import annotations
 
@@ -146,27 +150,7 @@ def build(
     key = (str(program), format_pipeline(pipeline), dtype, target)
     hit = None if instruments else _cache_get(key)
     if hit is None:
-        # the interpreter refuses the same programs (tcc.sizes); a cached one passed already
-        if isinstance(program, Program):
-            check_program_index_ranges(program)
-        class _LastIndexState(BaseInstrument):
-            """The L1 program after the last index-level pass: sizes bind against its extents."""
-
-            def __init__(self, start: Any) -> None:
-                self.program = start
-
-            def after_pass(self, pass_: Pass, index: int, state: Any) -> None:
-                if pass_.output_level is Level.INDEX:
-                    self.program = state
-
-        keep = _LastIndexState(program)
-        final = run_pipeline(program, pipeline, instruments=[*instruments, keep])
-        executable = tgt.load(final)
-        llvm_module = executable.llvm_module
-        l1, loops = keep.program, llvm_module.program
-        hit = (l1, loops, llvm_module, executable)
-        if not instruments:
-            _cache_put(key, hit)
+        hit = _compile(program, tgt, pipeline, key, instruments)
     l1, loops, llvm_module, executable = hit
     if isinstance(program, Program) and program.source is not None and l1.source is not program.source:
         l1 = dataclasses.replace(l1, source=program.source)  # a cache hit from another file: this file's name in errors
@@ -180,6 +164,51 @@ def build(
     if isinstance(program, Program) and not instruments:
         compiled._reorder = _call_time_order(program, pipeline, target, dtype, threads, arch, ptx)
     return compiled
+
+
+def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instruments: Sequence[Any]) -> tuple:
+    """``(l1, loops, llvm_module, executable)`` from the on-disk cache (:mod:`tcc.disk_cache`), else compiled.
+
+    Runs with instruments neither read nor write the disk cache, as they
+    bypass the in-memory one; what they compile is not kept at all.
+    """
+    from tcc import disk_cache
+
+    disk = None if instruments or not disk_cache.cacheable(tgt, pipeline) else disk_cache.open_cache()
+    disk_key = disk_cache.entry_key(*key) if disk is not None else ""
+    entry = disk.load(disk_key) if disk is not None else None
+    if entry is not None:
+        hit = (entry.l1, entry.llvm_module.program, entry.llvm_module, entry.executable)
+        _cache_put(key, hit)
+        return hit
+    # the interpreter refuses the same programs (tcc.sizes); a cached one passed already
+    if isinstance(program, Program):
+        check_program_index_ranges(program)
+
+    class _LastIndexState(BaseInstrument):
+        """The L1 program after the last index-level pass: sizes bind against its extents."""
+
+        def __init__(self, start: Any) -> None:
+            self.program = start
+
+        def after_pass(self, pass_: Pass, index: int, state: Any) -> None:
+            if pass_.output_level is Level.INDEX:
+                self.program = state
+
+    keep = _LastIndexState(program)
+    final = run_pipeline(program, pipeline, instruments=[*instruments, keep])
+    if disk is not None:
+        from tcc.backends.cpu import jit_with_object
+
+        executable, object_code = jit_with_object(final)
+        disk.store(disk_key, keep.program, final, object_code)
+    else:
+        executable = tgt.load(final)
+    llvm_module = executable.llvm_module
+    hit = (keep.program, llvm_module.program, llvm_module, executable)
+    if not instruments:
+        _cache_put(key, hit)
+    return hit
 
 
 def _call_time_order(program: Program, pipeline: list[Pass], target: str, dtype: str, threads: int | None,

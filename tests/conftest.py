@@ -7,9 +7,19 @@ with fresh random examples and no deadline either.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from hypothesis import settings
+
+# The on-disk compile cache (tcc.disk_cache) of a test session is a fresh temporary
+# directory, removed at exit, also for the subprocesses the tests start: the suite
+# never writes into the user's cache and needs no writable home.
+_CACHE_DIR = tempfile.mkdtemp(prefix="tcc-test-cache-")
+os.environ["TCC_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 # Split every parallel kernel however small (the runtime's default leaves kernels
 # under ~32k iterations on one thread), so the suite's small programs exercise the
