@@ -355,11 +355,15 @@ class TensorExprParser:
         return TRef(tok, name=word)
 
     # -- axes ------------------------------------------------------------------
-    def axes_of_tensor(self, name: str) -> list[Axis]:
+    def axes_of_tensor(self, name: str, tok: Token) -> list[Axis]:
         axes = self.tensor_axes.get(name)
         if axes is None:
             ext = self.extents.get(name)
             order = self.orders[name]
+            if ext is not None and len(ext) != order:  # the verifier's message; it would only run later
+                raise self.p.error(
+                    f"'{name}' is declared with {len(ext)} dimension{'s' if len(ext) != 1 else ''}"
+                    f" but defined with {order} ind{'ices' if order != 1 else 'ex'}", tok)
             axes = [
                 Axis(None if ext is None else ext[k], f"axis {k + 1} of '{name}'") for k in range(order)
             ]
@@ -370,7 +374,7 @@ class TensorExprParser:
         """Give ``n`` and its subtree their axes (bottom-up orders, unified lengths)."""
         ax = self.ax
         if isinstance(n, TRef):
-            n.axes = list(self.axes_of_tensor(n.name))
+            n.axes = list(self.axes_of_tensor(n.name, n.tok))
         elif isinstance(n, TConst):
             n.axes = None
         elif isinstance(n, TDelta):

@@ -28,6 +28,9 @@ from tcc.pipeline import parse_pipeline, run_pipeline
         ("input a[3]\nf[i] = g[i]\ng[i] = a[i]\n", "'g' is used before its definition", 2, 8),
         ("input a[3]\nf[i] = a[i] + f[i]\n", "'f' is used in its own definition", 2, 15),
         ("input a[3]\noutput f[3, 3]\nf[i] = a[i]\n", "'f' is declared with 2 dimensions but defined with 1 index", 3, 1),
+        # a whole-tensor expression reading such a tensor (found by hypothesis: an IndexError before)
+        ("output f[3]\nf[i, j] = 0\ng = f\n", "'f' is declared with 1 dimension but defined with 2 indices", 3, 5),
+        ("f[i, j] = 0\noutput f[3]\ng = f\n", "'f' is declared with 1 dimension but defined with 2 indices", 3, 5),
     ],
 )
 def test_structural_errors(src, message, line, col):
