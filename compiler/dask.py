@@ -140,10 +140,8 @@ class _Plan:
         body = _substitute(d.body, mapping)
         body = transform(body, lambda e: self._guard(e) if isinstance(e, Access) else e)
         if self.split is not None:
-            assert isinstance(body, Sum)
-            k0 = Affine.var(nm[("K", 0)]) - kbase
-            k1 = Affine.var(nm[("K", 1)]) - kbase - 1
-            body = Sum(body.var, body.lo + (k0,), body.hi + (k1,), body.body)
+            body = _clip_sum(body, self.split[0], Affine.var(nm[("K", 0)]) - kbase,
+                             Affine.var(nm[("K", 1)]) - kbase - 1)
         assert d.extents is not None
         extents = tuple(Affine.var(nm[("B", i)]) if i in self.chunked else e for i, e in zip(d.indices, d.extents))
         inputs = [self._decl(t) for t in self.sliced]
@@ -176,6 +174,14 @@ class _Plan:
         return Where(make_and(conds), Access(e.tensor, tuple(idx)), ZERO)
 
 
+def _clip_sum(body: Any, var: str, lo: Affine, hi: Affine) -> Any:
+    """``body`` with the top-level sum over ``var`` clipped to ``max(.., lo)..min(.., hi)``."""
+    assert isinstance(body, Sum)
+    if body.var == var:
+        return Sum(body.var, body.lo + (lo,), body.hi + (hi,), body.body)
+    return Sum(body.var, body.lo, body.hi, _clip_sum(body.body, var, lo, hi))
+
+
 def _substitute(body: Any, mapping: Mapping[str, Affine]) -> Any:
     from tcc.ir.substitution import substitute
 
@@ -198,18 +204,18 @@ def _cuts(chunks: Sequence[int], s: int, c: int, lo: int, hi: int) -> tuple[int,
 
 
 def _choose(program: Program, d: Definition, arrays: Mapping[str, Any], shape: tuple[int, ...],
-            krange: tuple[int, int] | None) -> tuple[dict[str, tuple[int, ...]], tuple[str, tuple[int, ...]] | None]:
+            kranges: Mapping[str, tuple[int, int]]) -> tuple[dict[str, tuple[int, ...]], tuple[str, tuple[int, ...]] | None]:
     """The chunked output axes (index -> boundaries) and the split sum (variable, boundaries), if any.
 
     An output axis follows the first read ``T[.., s*i + rest, ..]`` (``s > 0``,
     no other output index) of a chunked axis of ``T``; the top-level sum's
-    variable ``k`` likewise, from a chunked axis no output axis follows.
+    variable ``k`` (any of the directly nested top-level sums) likewise, from a
+    chunked axis no output axis follows.
     """
     chunked: dict[str, tuple[int, ...]] = {}
     split: tuple[str, tuple[int, ...]] | None = None
     used: set[tuple[str, int]] = set()
-    k = d.body.var if isinstance(d.body, Sum) and krange is not None else None
-    later: list[tuple[str, int, Affine]] = []
+    later: list[tuple[str, int, Affine, str]] = []
     for use in uses(d.body):
         arr = arrays.get(use.access.tensor)
         if use.lookup is not None or arr is None:
@@ -224,24 +230,37 @@ def _choose(program: Program, d: Definition, arrays: Mapping[str, Any], shape: t
                 if cuts:
                     chunked[outs[0]] = cuts
                     used.add((use.access.tensor, t))
-            elif not outs and k is not None and ix.coeff(k) > 0:
-                later.append((use.access.tensor, t, ix))
-    for tensor, t, ix in later:
+            elif not outs:
+                later += [(use.access.tensor, t, ix, k) for k in kranges if ix.coeff(k) > 0]
+    for tensor, t, ix, k in later:
         if split is None and (tensor, t) not in used:
-            cuts = _cuts(arrays[tensor].chunks[t], ix.coeff(k), ix.const, krange[0], krange[1])
+            cuts = _cuts(arrays[tensor].chunks[t], ix.coeff(k), ix.const, *kranges[k])
             if cuts:
                 split = (k, cuts)
     return chunked, split
 
 
-def _sum_range(program: Program, d: Definition, sizes: Mapping[str, int]) -> tuple[int, int] | None:
-    """The values the top-level sum's variable takes over the whole definition (hi exclusive), if bounded."""
+def _sum_chain(body: Any) -> list[Sum]:
+    """The sums directly nested at the top of a body (``sum[a](sum[b](...))``): the ones that may be split."""
+    chain = []
+    while isinstance(body, Sum) and body.has_range:
+        chain.append(body)
+        body = body.body
+    return chain
+
+
+def _sum_ranges(program: Program, d: Definition, sizes: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The values each top-level sum variable takes over the whole definition (hi exclusive), where bounded."""
     from tcc.ir.footprint import block_facts, index_range
 
-    if not isinstance(d.body, Sum) or not d.body.has_range:
-        return None
-    facts = block_facts(program, d, sizes, {}).with_range(d.body.var, d.body.lo, d.body.hi)
-    return index_range(facts, Affine.var(d.body.var), sizes)
+    facts = block_facts(program, d, sizes, {})
+    out = {}
+    for s in _sum_chain(d.body):
+        facts = facts.with_range(s.var, s.lo, s.hi)
+        r = index_range(facts, Affine.var(s.var), sizes)
+        if r is not None and r[0] < r[1]:
+            out[s.var] = r
+    return out
 
 
 def _ranges(cuts: Sequence[int], lo: int, hi: int) -> list[tuple[int, int]]:
@@ -260,10 +279,11 @@ def _definition_array(fn: "DaskFunction", d: Definition, arrays: Mapping[str, An
     da = _dask()
     assert d.extents is not None
     shape = extents_shape(d.extents, sizes)
-    krange = _sum_range(fn.program, d, sizes)
-    chunked, split = _choose(fn.program, d, arrays, shape, krange)
+    kranges = _sum_ranges(fn.program, d, sizes)
+    chunked, split = _choose(fn.program, d, arrays, shape, kranges)
     plan = _Plan(fn.program, d, chunked, split)
-    kbase = max(0, -krange[0]) if split is not None and krange is not None else 0
+    krange = kranges[split[0]] if split is not None else None
+    kbase = max(0, -krange[0]) if krange is not None else 0
     text = plan.build_text(kbase)
     axes = [_ranges(chunked.get(i, ()), 0, n) for i, n in zip(d.indices, shape)]
     pieces = _ranges(split[1], *krange) if split is not None and krange is not None else [None]
