@@ -85,7 +85,7 @@ def _run_block(text: str, dtype: str, passes: Any, result: str, size_shape: tupl
                names: tuple[str, ...], *arrays: Any) -> np.ndarray:
     """One block: the definition's kernel on the slices it reads (a Dask task)."""
     kernel = _kernel(text, dtype, passes)
-    inputs = {n: np.ascontiguousarray(a) for n, a in zip(names, arrays)}
+    inputs = {n: np.asarray(a, order="C") for n, a in zip(names, arrays)}  # keeps 0-d arrays 0-d
     inputs[_SIZES] = np.empty(size_shape, dtype=dtype)
     return kernel(**inputs)[result]
 
@@ -107,8 +107,8 @@ class _Plan:
         vars_ = set(chunked) | ({split[0]} if split else set())
         self.sliced: dict[str, tuple[bool, ...]] = {}
         for use in uses(d.body):
-            if use.lookup is not None:
-                continue
+            if use.lookup is not None or program.extents_of(use.access.tensor) is None:
+                continue  # a size read as a value (``/ m``) is bound from the size array
             axes = tuple(bool(set(ix.names()) & vars_) for ix in use.access.indices)
             old = self.sliced.get(use.access.tensor, (False,) * len(axes))
             self.sliced[use.access.tensor] = tuple(a or b for a, b in zip(old, axes))
