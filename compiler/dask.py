@@ -37,6 +37,7 @@ How it works (docs/dask.md has the picture):
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -309,8 +310,6 @@ def _assemble(da: Any, blocks: Mapping[tuple, Any], axes: Sequence[Sequence[tupl
 def _block(fn: "DaskFunction", plan: _Plan, text: str, arrays: Mapping[str, Any], sizes: Mapping[str, int],
            dtype: str, box: tuple[tuple[int, int], ...], piece: tuple[int, int] | None) -> Any:
     """One block (or one partial sum of it) as a lazy array: the kernel on exactly the slices it reads."""
-    import dask
-
     da = _dask()
     d = plan.d
     where = {i: r for i, r in zip(d.indices, box) if i in plan.chunked}
@@ -337,10 +336,17 @@ def _block(fn: "DaskFunction", plan: _Plan, text: str, arrays: Mapping[str, Any]
             index.append(slice(lo, hi))
         slices.append(arr[tuple(index)] if index else arr)
     size_shape = (0,) + tuple(int(values[s]) for s in plan.size_order())
-    task = dask.delayed(_run_block, pure=True)(text, dtype, fn.passes, d.name, size_shape,
-                                                tuple(plan.sliced), *slices)
     out_shape = tuple(hi - lo for lo, hi in box)
-    return da.from_delayed(task, shape=out_shape, dtype=np.dtype(dtype))
+    # one blockwise task whose inputs are all contracted (concatenated: the slice, whatever
+    # chunks it spans) and whose output axes are new: a block of out_shape, built as an
+    # expression, so that no upstream graph is materialised while the graph is built
+    args: list[Any] = []
+    for n, s in enumerate(slices):
+        args += [s, tuple(f"i{n}_{a}" for a in range(s.ndim))]
+    out_ind = tuple(f"o{a}" for a in range(len(out_shape)))
+    call = functools.partial(_run_block, text, dtype, fn.passes, d.name, size_shape, tuple(plan.sliced))
+    return da.blockwise(call, out_ind, *args, new_axes=dict(zip(out_ind, out_shape)), concatenate=True,
+                        align_arrays=False, dtype=np.dtype(dtype), meta=np.empty((0,) * len(out_shape), dtype=dtype))
 
 
 # ---------------------------------------------------------------------------
@@ -357,6 +363,7 @@ class DaskFunction(FrameworkFunction):
 
     def __init__(self, source: Any, dtype: str | None, passes: Any) -> None:
         super().__init__(source, dtype)
+        self.program = _inferred(self.program)
         self.passes = passes if passes is None or isinstance(passes, str) else tuple(passes)
         index = [d.name for d in self.program.inputs if d.is_index]
         if index:
@@ -383,6 +390,13 @@ class DaskFunction(FrameworkFunction):
         for d in self.program.definitions:
             env[d.name] = _definition_array(self, d, env, sizes, dtype)
         return {r: env[r] for r in self.results}
+
+
+def _inferred(program: Program) -> Program:
+    """``program`` with its extents and sum ranges inferred (a Program may come straight from ``tcc.parse``)."""
+    import tcc
+
+    return tcc.transform(program)  # infer-ranges: a no-op on a program that already has them
 
 
 def compile(source: Any, *, dtype: Any = None, passes: Any = None) -> DaskFunction:

@@ -28,8 +28,8 @@ p[i, j] = exp(x[i, j] - mx[i]) / z[i]
 """
 
 
-def _grad(src: str, of: str) -> object:
-    p = tcc.parse(src)
+def _grad(src: object, of: str) -> object:
+    p = tcc.parse(src) if isinstance(src, str) else src
     return tcc.grad(p, of=of, wrt=[d.name for d in p.inputs])
 
 
@@ -203,3 +203,40 @@ def test_unknown_chunks_and_index_inputs_are_refused() -> None:
         tcc.dask.compile(CORRELATION)(x=x, w=np.ones(3))
     with pytest.raises(tcc.TccError, match=r"^error: tcc.dask.compile does not support index inputs yet \(tok\)"):
         tcc.dask.compile("input e[v, d]\nindex tok[n] < v\ny[i, j] = e[tok[i], j]\n")
+
+
+LOSS = """input X[m, n], w[n], t[m]
+output loss
+loss = sum[i](log(1 + exp(-t[i] * sum[j](X[i, j] * w[j])))) / m
+"""
+
+
+def test_scalar_loss_with_size_as_value_and_its_gradient(client) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(5)
+    X, w, t = rng.standard_normal((9, 4)), rng.standard_normal(4), rng.standard_normal(9)
+    got = _compare(client, LOSS, dict(X=X, w=w, t=t), dict(X=((4, 5), 4), t=3))
+    assert got["loss"].shape == ()
+    got = _compare(client, _grad(LOSS, "loss"), dict(X=X, w=w, t=t, dloss=np.asarray(0.7)),
+                   dict(X=(2, 4), t=3))
+    assert got["dX"].chunks == ((3, 3, 3), (4,))  # the first chunked read (of t) decides the rows
+
+
+@pytest.mark.parametrize("example, of", [("urban", "f"), ("layer_norm", "Y"), ("max_pool", "y")])
+def test_examples_and_gradients_on_the_synchronous_scheduler(example: str, of: str) -> None:
+    """Any scheduler: the same graphs on dask's synchronous one, for examples with several definitions."""
+    dask = pytest.importorskip("dask")
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(6)
+    source = tcc.parse(f"examples/{example}.tcc")
+    for program in (source, _grad(source, of)):
+        sizes = {s: 7 for s in tcc.transform(program).sizes()}
+        arrays = {d.name: rng.standard_normal(tuple(int(e.evaluate(sizes)) for e in d.extents))
+                  for d in tcc.transform(program).inputs}
+        ref = tcc.compile(program)(**arrays)
+        out = tcc.dask.compile(program)(**{n: da.from_array(a, chunks=tuple(max(1, k // 3) for k in a.shape))
+                                           for n, a in arrays.items()})
+        assert any(len(c) > 1 for v in out.values() for c in v.chunks)
+        with dask.config.set(scheduler="sync"):
+            got = dask.compute(out)[0]
+        for name, v in got.items():
+            np.testing.assert_allclose(v, ref[name], rtol=1e-12, atol=1e-12)
