@@ -19,12 +19,17 @@ indicative.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import sys
 import time
 
-import numpy as np
+# benchmarks/sparse.py would shadow the `sparse` package Dask probes for: drop this directory from the path
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
-import tcc
+import numpy as np  # noqa: E402
+
+import tcc  # noqa: E402
 
 SOURCE = "input x[n], w[m]\ny[i] = sum[k](x[i + k] * w[k])\n"
 

@@ -82,12 +82,13 @@ def _kernel(text: str, dtype: str, passes: Any) -> Any:
         return _KERNELS[key]
 
 
-def _run_block(text: str, dtype: str, passes: Any, result: str, size_shape: tuple[int, ...],
+def _run_block(text: str, dtype: str, passes: Any, result: str, size_values: tuple[int, ...],
                names: tuple[str, ...], *arrays: Any) -> np.ndarray:
     """One block: the definition's kernel on the slices it reads (a Dask task)."""
     kernel = _kernel(text, dtype, passes)
     inputs = {n: np.asarray(a, order="C") for n, a in zip(names, arrays)}  # keeps 0-d arrays 0-d
-    inputs[_SIZES] = np.empty(size_shape, dtype=dtype)
+    for k, v in enumerate(size_values):  # zero elements each: (0, v) binds a size and holds nothing
+        inputs[f"{_SIZES}{k}"] = np.empty((0, v), dtype=dtype)
     return kernel(**inputs)[result]
 
 
@@ -113,7 +114,7 @@ class _Plan:
             axes = tuple(bool(set(ix.names()) & vars_) for ix in use.access.indices)
             old = self.sliced.get(use.access.tensor, (False,) * len(axes))
             self.sliced[use.access.tensor] = tuple(a or b for a, b in zip(old, axes))
-        taken = program.names_in_use() | {_SIZES}
+        taken = program.names_in_use()  # (the size arrays are named tcc_block_sizesK: no user name clashes in practice)
         self.names: dict[tuple, str] = {}
         for key in [("o", i) for i in chunked] + [("B", i) for i in chunked] + [("K", 0), ("K", 1)] + [
                 (k, t, a) for t, ax in self.sliced.items() for a, s in enumerate(ax) if s for k in ("f", "L")]:
@@ -146,8 +147,10 @@ class _Plan:
         assert d.extents is not None
         extents = tuple(Affine.var(nm[("B", i)]) if i in self.chunked else e for i, e in zip(d.indices, d.extents))
         inputs = [self._decl(t) for t in self.sliced]
-        size_ext = (Affine.constant(0),) + tuple(Affine.var(s) for s in self.size_order())
-        inputs.append(TensorDecl(_SIZES, size_ext))
+        # one (0, s) input per size: a single (0, n, m, ...) array would hold no elements either,
+        # but NumPy refuses shapes whose nonzero extents multiply past the address space
+        inputs += [TensorDecl(f"{_SIZES}{k}", (Affine.constant(0), Affine.var(s)))
+                   for k, s in enumerate(self.size_order())]
         block = Program(tuple(inputs), (Definition(d.name, d.indices, body, extents),), (d.name,),
                         assumptions=p.assumptions)
         self.text = format_program(block)
@@ -335,7 +338,7 @@ def _block(fn: "DaskFunction", plan: _Plan, text: str, arrays: Mapping[str, Any]
                 values[plan.names[("f", t, a)]] = lo
             index.append(slice(lo, hi))
         slices.append(arr[tuple(index)] if index else arr)
-    size_shape = (0,) + tuple(int(values[s]) for s in plan.size_order())
+    size_values = tuple(int(values[s]) for s in plan.size_order())
     out_shape = tuple(hi - lo for lo, hi in box)
     # one blockwise task whose inputs are all contracted (concatenated: the slice, whatever
     # chunks it spans) and whose output axes are new: a block of out_shape, built as an
@@ -344,7 +347,7 @@ def _block(fn: "DaskFunction", plan: _Plan, text: str, arrays: Mapping[str, Any]
     for n, s in enumerate(slices):
         args += [s, tuple(f"i{n}_{a}" for a in range(s.ndim))]
     out_ind = tuple(f"o{a}" for a in range(len(out_shape)))
-    call = functools.partial(_run_block, text, dtype, fn.passes, d.name, size_shape, tuple(plan.sliced))
+    call = functools.partial(_run_block, text, dtype, fn.passes, d.name, size_values, tuple(plan.sliced))
     return da.blockwise(call, out_ind, *args, new_axes=dict(zip(out_ind, out_shape)), concatenate=True,
                         align_arrays=False, dtype=np.dtype(dtype), meta=np.empty((0,) * len(out_shape), dtype=dtype))
 

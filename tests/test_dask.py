@@ -240,3 +240,11 @@ def test_examples_and_gradients_on_the_synchronous_scheduler(example: str, of: s
             got = dask.compute(out)[0]
         for name, v in got.items():
             np.testing.assert_allclose(v, ref[name], rtol=1e-12, atol=1e-12)
+
+
+def test_large_sizes_bind_through_zero_element_arrays(client) -> None:  # noqa: ANN001
+    """Sizes and offsets whose product passes 2**63 (one (0, n, m, o, ...) array would be refused by NumPy)."""
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal(200_000), rng.standard_normal(5)
+    got = _compare(client, CORRELATION, dict(x=x, w=w), dict(x=50_000))
+    assert got["y"].chunks == ((50_000,) * 3 + (49_996,),)
