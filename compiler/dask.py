@@ -111,7 +111,11 @@ class _Plan:
         for use in uses(d.body):
             if use.lookup is not None or program.extents_of(use.access.tensor) is None:
                 continue  # a size read as a value (``/ m``) is bound from the size array
-            axes = tuple(bool(set(ix.names()) & vars_) for ix in use.access.indices)
+            moving = set(vars_)  # chunked indices, and sum variables whose ranges move with them
+            for scope in use.scopes:
+                if isinstance(scope, Sum) and {n for a in scope.lo + scope.hi for n in a.names()} & moving:
+                    moving.add(scope.var)
+            axes = tuple(bool(set(ix.names()) & moving) for ix in use.access.indices)
             old = self.sliced.get(use.access.tensor, (False,) * len(axes))
             self.sliced[use.access.tensor] = tuple(a or b for a, b in zip(old, axes))
         taken = program.names_in_use()  # (the size arrays are named tcc_block_sizesK: no user name clashes in practice)
@@ -129,7 +133,7 @@ class _Plan:
         self.text = ""
 
     def size_order(self) -> tuple[str, ...]:
-        """The sizes bound from the zero-element size array, in its axis order (after the leading 0)."""
+        """The sizes bound from the zero-element ``(0, s)`` arrays ``tcc_block_sizesK``, in K order."""
         own = [v for k, v in self.names.items() if k[0] in "oBK" and (k[0] != "K" or self.split)]
         own += [v for k, v in self.names.items() if k[0] == "f"]
         return tuple(self.program.sizes()) + tuple(own)
