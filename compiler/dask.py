@@ -27,13 +27,14 @@ How it works (docs/dask.md has the picture):
   output index ``i`` becomes ``i + o_i``, a sliced read ``T[e]`` becomes
   ``T[e - f]`` under a guard ``0 <= e - f < L`` (always true by the
   footprint; the guard is what lets ``infer-ranges`` prove it in bounds),
-  and the sizes are bound from a zero-element array of shape
-  ``(0, n, m, o_i, ...)``.  Its text is the same for every block, so each
-  worker compiles it once (``_kernel``'s cache).
-* **Sums over a chunked axis** (a definition whose body is a sum whose
-  variable indexes a chunked axis, as in a correlation's ``dw``) are split
-  into partial sums per chunk (the range is clipped to ``max(lo, K0)..
-  min(hi, K1 - 1)``) and added by Dask's tree reduction (``sum`` of a stack).
+  and each size is bound from a zero-element array of shape ``(0, s)``.  Its
+  text is the same for every block, so each worker compiles it once
+  (``_kernel``'s cache).
+* **Sums over a chunked axis** (a sum on the body's linear path whose
+  variable indexes a chunked axis, as in a correlation's ``dw`` or a loss
+  ``sum[i](..) / m``) are split into partial sums per chunk (the range is
+  clipped to ``max(lo, K0)..min(hi, K1 - 1)``) and added by Dask's tree
+  reduction (``sum`` of a stack).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ import numpy as np
 from tcc.framework_common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 from tcc.ir.bounds import uses
-from tcc.ir.expr import ZERO, Access, Sum, Where, transform
+from tcc.ir.expr import ZERO, Access, Binary, Sum, Unary, Where, transform
 from tcc.ir.footprint import clip, footprint
 from tcc.ir.index import Affine, Compare, lookups, make_and
 from tcc.ir.printer import format_program
@@ -182,12 +183,34 @@ class _Plan:
         return Where(make_and(conds), Access(e.tensor, tuple(idx)), ZERO)
 
 
+def _linear_step(e: Any) -> tuple[Any, Any] | None:
+    """The child through which ``e`` is linear, and how to rebuild ``e`` around a new child, or None.
+
+    A sum is linear in its body; ``-a``, ``a * c``, ``c * a`` and ``a / c`` in
+    ``a`` (``c`` is outside any sum below, so a constant for it).  Along such a
+    path a sum may be split into partial sums: the partial results add up.
+    """
+    if isinstance(e, Sum) and e.has_range:
+        return e.body, lambda b: Sum(e.var, e.lo, e.hi, b)
+    if isinstance(e, Unary) and e.op == "neg":
+        return e.operand, lambda b: Unary("neg", b)
+    if isinstance(e, Binary) and e.op == "/":
+        return e.lhs, lambda b: Binary("/", b, e.rhs)
+    if isinstance(e, Binary) and e.op == "*":
+        if isinstance(e.rhs, Sum) and not isinstance(e.lhs, Sum):
+            return e.rhs, lambda b: Binary("*", e.lhs, b)
+        return e.lhs, lambda b: Binary("*", b, e.rhs)
+    return None
+
+
 def _clip_sum(body: Any, var: str, lo: Affine, hi: Affine) -> Any:
-    """``body`` with the top-level sum over ``var`` clipped to ``max(.., lo)..min(.., hi)``."""
-    assert isinstance(body, Sum)
-    if body.var == var:
+    """``body`` with the sum over ``var`` on its linear path clipped to ``max(.., lo)..min(.., hi)``."""
+    if isinstance(body, Sum) and body.var == var:
         return Sum(body.var, body.lo + (lo,), body.hi + (hi,), body.body)
-    return Sum(body.var, body.lo, body.hi, _clip_sum(body.body, var, lo, hi))
+    step = _linear_step(body)
+    assert step is not None, "the split sum lies on the body's linear path"
+    child, rebuild = step
+    return rebuild(_clip_sum(child, var, lo, hi))
 
 
 def _substitute(body: Any, mapping: Mapping[str, Affine]) -> Any:
@@ -199,6 +222,10 @@ def _substitute(body: Any, mapping: Mapping[str, Affine]) -> Any:
 # ---------------------------------------------------------------------------
 # choosing the blocks
 # ---------------------------------------------------------------------------
+#: a split sum: its variable and the interior boundaries of its pieces, or None
+_Split = "tuple[str, tuple[int, ...]] | None"
+
+
 def _cuts(chunks: Sequence[int], s: int, c: int, lo: int, hi: int) -> tuple[int, ...]:
     """Boundaries ``b`` of a tensor axis's chunks mapped to an index ``v`` read as ``s*v + c``, inside (lo, hi)."""
     out: set[int] = set()
@@ -212,16 +239,16 @@ def _cuts(chunks: Sequence[int], s: int, c: int, lo: int, hi: int) -> tuple[int,
 
 
 def _choose(program: Program, d: Definition, arrays: Mapping[str, Any], shape: tuple[int, ...],
-            kranges: Mapping[str, tuple[int, int]]) -> tuple[dict[str, tuple[int, ...]], tuple[str, tuple[int, ...]] | None]:
+            kranges: Mapping[str, tuple[int, int]]) -> tuple[dict[str, tuple[int, ...]], _Split]:
     """The chunked output axes (index -> boundaries) and the split sum (variable, boundaries), if any.
 
     An output axis follows the first read ``T[.., s*i + rest, ..]`` (``s > 0``,
-    no other output index) of a chunked axis of ``T``; the top-level sum's
-    variable ``k`` (any of the directly nested top-level sums) likewise, from a
+    no other output index) of a chunked axis of ``T``; the variable ``k`` of a
+    sum on the body's linear path (:func:`_linear_step`) likewise, from a
     chunked axis no output axis follows.
     """
     chunked: dict[str, tuple[int, ...]] = {}
-    split: tuple[str, tuple[int, ...]] | None = None
+    split: _Split = None
     used: set[tuple[str, int]] = set()
     later: list[tuple[str, int, Affine, str]] = []
     for use in uses(d.body):
@@ -249,16 +276,19 @@ def _choose(program: Program, d: Definition, arrays: Mapping[str, Any], shape: t
 
 
 def _sum_chain(body: Any) -> list[Sum]:
-    """The sums directly nested at the top of a body (``sum[a](sum[b](...))``): the ones that may be split."""
+    """The sums on the body's linear path (``sum[a](c * sum[b](...)) / m``): the ones that may be split."""
     chain = []
-    while isinstance(body, Sum) and body.has_range:
-        chain.append(body)
-        body = body.body
+    step = _linear_step(body)
+    while step is not None:
+        if isinstance(body, Sum):
+            chain.append(body)
+        body = step[0]
+        step = _linear_step(body)
     return chain
 
 
 def _sum_ranges(program: Program, d: Definition, sizes: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-    """The values each top-level sum variable takes over the whole definition (hi exclusive), where bounded."""
+    """The values each sum variable on the linear path takes over the whole definition (hi exclusive), where bounded."""
     from tcc.ir.footprint import block_facts, index_range
 
     facts = block_facts(program, d, sizes, {})
@@ -321,8 +351,12 @@ def _block(fn: "DaskFunction", plan: _Plan, text: str, arrays: Mapping[str, Any]
     d = plan.d
     where = {i: r for i, r in zip(d.indices, box) if i in plan.chunked}
     if piece is not None and plan.split is not None:
+        # the footprint of the clipped sum itself (not of every sum over a variable of that name)
+        clipped = _clip_sum(d.body, plan.split[0], Affine.constant(piece[0]), Affine.constant(piece[1] - 1))
+        fp = footprint(fn.program, d.with_body(clipped), sizes, where)
         where[plan.split[0]] = piece
-    fp = footprint(fn.program, d, sizes, where)
+    else:
+        fp = footprint(fn.program, d, sizes, where)
     values = dict(sizes)
     for i, (lo, hi) in where.items():
         if i in plan.chunked:
@@ -353,7 +387,8 @@ def _block(fn: "DaskFunction", plan: _Plan, text: str, arrays: Mapping[str, Any]
     out_ind = tuple(f"o{a}" for a in range(len(out_shape)))
     call = functools.partial(_run_block, text, dtype, fn.passes, d.name, size_values, tuple(plan.sliced))
     return da.blockwise(call, out_ind, *args, new_axes=dict(zip(out_ind, out_shape)), concatenate=True,
-                        align_arrays=False, dtype=np.dtype(dtype), meta=np.empty((0,) * len(out_shape), dtype=dtype))
+                        token=f"tcc-{d.name}", align_arrays=False, dtype=np.dtype(dtype),
+                        meta=np.empty((0,) * len(out_shape), dtype=dtype))
 
 
 # ---------------------------------------------------------------------------

@@ -36,9 +36,10 @@ def block_facts(program: Program, d: Definition, sizes: Mapping[str, int],
                 box: Mapping[str, tuple[int, int]]) -> Facts:
     """What holds inside the block ``box`` of ``d`` at these sizes.
 
-    ``box`` maps index names (output indices, and optionally the variable of a
-    top-level sum that is split) to ``(lo, hi)`` with ``hi`` exclusive; output
-    indices not in ``box`` range over their whole extent.
+    ``box`` maps index names (output indices, and optionally sum variables) to
+    ``(lo, hi)`` with ``hi`` exclusive; output indices not in ``box`` range over
+    their whole extent.  A sum variable in ``box`` restricts *every* sum over a
+    variable of that name (to restrict one sum, clip its range in the body).
     """
     assert d.extents is not None, "footprints need inferred extents (run infer-ranges first)"
     facts = program_facts(program.sizes(), program.assumptions)

@@ -120,6 +120,12 @@ def client():  # noqa: ANN201
     cluster.close()
 
 
+def _block_tasks(array, name: str) -> int:  # noqa: ANN001
+    """How many block-kernel tasks of definition ``name`` the graph of ``array`` has (keys tcc-NAME-...)."""
+    keys = [k[0] if isinstance(k, tuple) else k for k in dict(array.__dask_graph__())]
+    return sum(1 for k in keys if str(k).startswith(f"tcc-{name}-"))
+
+
 def _compare(client, src, arrays: dict, chunks: dict, dtype: str = "float64") -> dict:  # noqa: ANN001
     import dask.array as da
 
@@ -178,7 +184,8 @@ def test_bad_dtype_shape_names_and_types() -> None:
     da = pytest.importorskip("dask.array")
     f = tcc.dask.compile(CORRELATION, dtype="float64")
     x = da.ones(10, chunks=3)
-    with pytest.raises(tcc.CallError, match=r"^error: input 'w' has dtype float32, but this program was compiled for float64$"):
+    with pytest.raises(tcc.CallError,
+                       match=r"^error: input 'w' has dtype float32, but this program was compiled for float64$"):
         f(x=x, w=np.ones(3, np.float32))
     with pytest.raises(tcc.TccError) as got:
         f(x=x, w=np.ones((3, 2)))
@@ -199,7 +206,8 @@ def test_unknown_chunks_and_index_inputs_are_refused() -> None:
     da = pytest.importorskip("dask.array")
     x = da.ones(10, chunks=3)
     x = x[x > 0]
-    with pytest.raises(tcc.TccError, match=r"^error: input 'x' has unknown chunk sizes: call compute_chunk_sizes\(\) on it first$"):
+    with pytest.raises(tcc.TccError,
+                       match=r"^error: input 'x' has unknown chunk sizes: call compute_chunk_sizes\(\) on it first$"):
         tcc.dask.compile(CORRELATION)(x=x, w=np.ones(3))
     with pytest.raises(tcc.TccError, match=r"^error: tcc.dask.compile does not support index inputs yet \(tok\)"):
         tcc.dask.compile("input e[v, d]\nindex tok[n] < v\ny[i, j] = e[tok[i], j]\n")
@@ -216,6 +224,7 @@ def test_scalar_loss_with_size_as_value_and_its_gradient(client) -> None:  # noq
     X, w, t = rng.standard_normal((9, 4)), rng.standard_normal(4), rng.standard_normal(9)
     got = _compare(client, LOSS, dict(X=X, w=w, t=t), dict(X=((4, 5), 4), t=3))
     assert got["loss"].shape == ()
+    assert _block_tasks(got["loss"], "loss") == 3  # sum[i](...) / m: a partial sum per chunk of t's rows
     got = _compare(client, _grad(LOSS, "loss"), dict(X=X, w=w, t=t, dloss=np.asarray(0.7)),
                    dict(X=(2, 4), t=3))
     assert got["dX"].chunks == ((3, 3, 3), (4,))  # the first chunked read (of t) decides the rows
@@ -248,3 +257,12 @@ def test_large_sizes_bind_through_zero_element_arrays(client) -> None:  # noqa: 
     x, w = rng.standard_normal(200_000), rng.standard_normal(5)
     got = _compare(client, CORRELATION, dict(x=x, w=w), dict(x=50_000))
     assert got["y"].chunks == ((50_000,) * 3 + (49_996,),)
+
+
+def test_split_sum_next_to_a_sum_over_the_same_name(client) -> None:  # noqa: ANN001
+    """Only the split sum is clipped: the other sum over ``i`` still reads all of ``y``."""
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal(10), rng.standard_normal(10)
+    src = "input x[n], y[n]\nf = -(sum[i](x[i]) * sum[i](y[i] * y[i])) / n\n"
+    got = _compare(client, src, dict(x=x, y=y), dict(x=4, y=3))
+    assert _block_tasks(got["f"], "f") == 3
