@@ -49,7 +49,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-_SUBMODULES = ("torch", "jax")  # tcc.torch, tcc.jax: imported on first use (they import their framework only when called)
+_SUBMODULES = ("torch", "jax", "dask")  # tcc.torch, tcc.jax, tcc.dask: imported on first use (they import their framework only when called)
 
 
 def __getattr__(name: str) -> Any:
