@@ -34,12 +34,15 @@ How it works (docs/dask.md has the picture):
   variable indexes a chunked axis, as in a correlation's ``dw`` or a loss
   ``sum[i](..) / m``) are split into partial sums per chunk (the range is
   clipped to ``max(lo, K0)..min(hi, K1 - 1)``) and added by Dask's tree
-  reduction (``sum`` of a stack).
+  reduction (``sum`` of a stack).  Sums elsewhere (under ``exp``, beside a
+  ``+``) are first outlined as definitions of their own
+  (:func:`_outline_sums`), where they are on the linear path.
 """
 from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -47,7 +50,7 @@ import numpy as np
 from tcc.framework_common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 from tcc.ir.bounds import uses
-from tcc.ir.expr import ZERO, Access, Binary, Sum, Unary, Where, transform
+from tcc.ir.expr import ZERO, Access, Binary, Sum, Unary, Where, free_names, postorder, transform
 from tcc.ir.footprint import clip, footprint
 from tcc.ir.index import Affine, Compare, lookups, make_and
 from tcc.ir.printer import format_program
@@ -287,6 +290,63 @@ def _sum_chain(body: Any) -> list[Sum]:
     return chain
 
 
+def _linear_path(body: Any) -> set[Any]:
+    """Every node on the body's linear path, the root included (the nodes :func:`_sum_chain` walks)."""
+    path = {body}
+    step = _linear_step(body)
+    while step is not None:
+        body = step[0]
+        path.add(body)
+        step = _linear_step(body)
+    return path
+
+
+def _outline_sums(program: Program) -> Program:
+    """Each sum off a body's linear path (under ``exp``, beside a ``+``, a divisor) as a definition of its own.
+
+    Only sums on the linear path can be split into partial sums over chunks
+    (:func:`_linear_step`); a sum elsewhere, such as the ``sum[k](dp[i, k] *
+    p[i, k])`` of a softmax gradient, would make every block of its
+    definition read the whole summed axis.  Outlined as ``t[i] = sum[k](..)``
+    (indexed by the definition's indices it uses, with their extents), the
+    sum is the root of its own definition's linear path, so it is split like
+    any other, and the definition reads ``t[i]``.  Sums that use an enclosing
+    sum's variable stay (their definition would need that variable as an
+    index with a range of its own), and so does any outlining the verifier
+    refuses (a sum whose reads are in bounds only under an enclosing
+    ``where``).  The program's results are unchanged: the new definitions are
+    locals.
+    """
+    import tcc
+
+    results = program.results()
+    taken = set(program.names_in_use())
+    out: list[Definition] = []
+    work = list(program.definitions)
+    while work:
+        d = work.pop(0)
+        path, indices = _linear_path(d.body), set(d.indices)
+        found = [n for n in postorder(d.body) if isinstance(n, Sum) and n.has_range and n not in path
+                 and {v for v in free_names(n) if v not in program.sizes()} <= indices]
+        if not found:
+            out.append(d)
+            continue
+        cand = found[-1]  # the last in postorder: no other candidate encloses it
+        used = set(free_names(cand))
+        idx = tuple(i for i in d.indices if i in used)
+        ext = tuple(e for i, e in zip(d.indices, d.extents or ()) if i in used)
+        name = next(f"{d.name}_s{k}" for k in range(len(taken) + 1) if f"{d.name}_s{k}" not in taken)
+        taken.add(name)
+        ref = Access(name, tuple(Affine.var(i) for i in idx))
+        trial = Definition(name, idx, cand, ext if d.extents is not None else None)
+        work[:0] = [trial, d.with_body(transform(d.body, lambda n: ref if n is cand else n))]
+    outlined = replace(program, definitions=tuple(out), outputs=results)
+    try:
+        return tcc.transform(outlined)
+    except TccError:  # an outlined sum out of bounds without its guard: keep the program as written
+        return program
+
+
 def _sum_ranges(program: Program, d: Definition, sizes: Mapping[str, int]) -> dict[str, tuple[int, int]]:
     """The values each sum variable on the linear path takes over the whole definition (hi exclusive), where bounded."""
     from tcc.ir.footprint import block_facts, index_range
@@ -405,7 +465,7 @@ class DaskFunction(FrameworkFunction):
 
     def __init__(self, source: Any, dtype: str | None, passes: Any) -> None:
         super().__init__(source, dtype)
-        self.program = _inferred(self.program)
+        self.program = _outline_sums(_inferred(self.program))
         self.passes = passes if passes is None or isinstance(passes, str) else tuple(passes)
         index = [d.name for d in self.program.inputs if d.is_index]
         if index:

@@ -170,6 +170,30 @@ def test_row_softmax_and_gradient(client) -> None:  # noqa: ANN001
     _compare(client, _grad(SOFTMAX, "p"), dict(x=x, dp=dp), dict(x=(2, 5), dp=(1, 5)))
 
 
+def test_sums_off_the_linear_path_are_outlined_and_split(client) -> None:  # noqa: ANN001
+    """A softmax chunked along its summed axis: the gradient's sum[k](dp[i, k] * p[i, k]) (beside a
+    '+') and a sum under exp become definitions of their own, each split into one partial sum per
+    column chunk, instead of every block reading whole rows."""
+    rng = np.random.default_rng(5)
+    x, dp = rng.standard_normal((6, 7)), rng.standard_normal((6, 7))
+    grad = _grad(SOFTMAX, "p")
+    f = tcc.dask.compile(grad)
+    assert "dx_s0[dx_0] = sum[" in str(f.program) and f.results == ("dx",)
+    got = _compare(client, grad, dict(x=x, dp=dp), dict(x=(6, (3, 2, 2)), dp=(6, (3, 2, 2))))
+    assert got["dx"].chunks == ((6,), (3, 2, 2))
+    assert _block_tasks(got["dx"], "dx_s0") == 3  # a partial sum per column chunk
+    src = "input x[n]\ny[i] = exp(sum[k](x[k]) / n - x[i])\n"
+    got = _compare(client, src, dict(x=rng.standard_normal(10)), dict(x=(4, 4, 2)))
+    assert _block_tasks(got["y"], "y_s0") == 3 and got["y"].chunks == ((4, 4, 2),)
+
+
+def test_a_sum_in_bounds_only_under_its_where_stays_inline(client) -> None:  # noqa: ANN001
+    src = "input x[n, m]\ny[i] = where(i > 0, exp(sum[k](x[i - 1, k])), 0)\n"
+    f = tcc.dask.compile(src)
+    assert "_s0" not in str(f.program)
+    _compare(client, src, dict(x=np.random.default_rng(6).standard_normal((5, 3))), dict(x=(2, 3)))
+
+
 def test_float32_and_numpy_inputs_as_one_chunk(client) -> None:  # noqa: ANN001
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal(12).astype(np.float32), rng.standard_normal(3).astype(np.float32)
