@@ -7,11 +7,13 @@ graph; each test computes all its results in one ``client.compute``.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tcc
+from compare import random_inputs
 from tcc.ir.expr import Access, Reduce, Sum, Where
 from tcc.ir.footprint import footprint
 
@@ -290,3 +292,28 @@ def test_split_sum_next_to_a_sum_over_the_same_name(client) -> None:  # noqa: AN
     src = "input x[n], y[n]\nf = -(sum[i](x[i]) * sum[i](y[i] * y[i])) / n\n"
     got = _compare(client, src, dict(x=x, y=y), dict(x=4, y=3))
     assert _block_tasks(got["f"], "f") == 3
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.tcc")),
+                         ids=lambda p: p.stem)
+def test_every_example_and_its_gradients_equal_tcc_compile(path: Path) -> None:
+    """Every example without index inputs, and the gradient of each of its results w.r.t. every input,
+    on inputs chunked in halves along every axis (synchronous scheduler), against tcc.compile."""
+    dask = pytest.importorskip("dask")
+    import dask.array as da
+
+    src = path.read_text(encoding="utf-8")
+    program = tcc.transform(src)
+    if any(d.is_index for d in program.inputs):
+        with pytest.raises(tcc.TccError, match=r"does not support index inputs yet"):
+            tcc.dask.compile(src)
+        return
+    programs = [src] + [tcc.grad(src, of=r, wrt=[d.name for d in program.inputs]) for r in program.results()]
+    for prog in programs:
+        arrays = random_inputs(tcc.transform(prog), seed=1)
+        want = tcc.compile(prog)(**arrays)
+        chunked = {n: da.from_array(a, chunks=tuple(max(1, (s + 1) // 2) for s in a.shape)) for n, a in arrays.items()}
+        (got,) = dask.compute(tcc.dask.compile(prog)(**chunked), scheduler="synchronous")
+        assert sorted(got) == sorted(tcc.transform(prog).results())  # tcc.compile returns locals too
+        for name, value in got.items():
+            np.testing.assert_allclose(value, want[name], rtol=1e-10, atol=1e-10, err_msg=f"{path.stem}: {name}")
