@@ -50,7 +50,7 @@ import numpy as np
 from tcc.framework_common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 from tcc.ir.bounds import uses
-from tcc.ir.expr import ZERO, Access, Binary, Sum, Unary, Where, free_names, postorder, transform
+from tcc.ir.expr import RANGED, ZERO, Access, Binary, Reduce, Sum, Unary, Where, free_names, postorder, transform
 from tcc.ir.footprint import clip, footprint
 from tcc.ir.index import Affine, Compare, lookups, make_and
 from tcc.ir.printer import format_program
@@ -117,7 +117,7 @@ class _Plan:
                 continue  # a size read as a value (``/ m``) is bound from the size array
             moving = set(vars_)  # chunked indices, and sum variables whose ranges move with them
             for scope in use.scopes:
-                if isinstance(scope, Sum) and {n for a in scope.lo + scope.hi for n in a.names()} & moving:
+                if isinstance(scope, RANGED) and {n for a in scope.lo + scope.hi for n in a.names()} & moving:
                     moving.add(scope.var)
             axes = tuple(bool(set(ix.names()) & moving) for ix in use.access.indices)
             old = self.sliced.get(use.access.tensor, (False,) * len(axes))
@@ -210,6 +210,8 @@ def _clip_sum(body: Any, var: str, lo: Affine, hi: Affine) -> Any:
     """``body`` with the sum over ``var`` on its linear path clipped to ``max(.., lo)..min(.., hi)``."""
     if isinstance(body, Sum) and body.var == var:
         return Sum(body.var, body.lo + (lo,), body.hi + (hi,), body.body)
+    if isinstance(body, Reduce) and body.var == var:  # a max/min at the root (:func:`_sum_chain`)
+        return Reduce(body.op, body.var, body.lo + (lo,), body.hi + (hi,), body.body)
     step = _linear_step(body)
     assert step is not None, "the split sum lies on the body's linear path"
     child, rebuild = step
@@ -279,7 +281,14 @@ def _choose(program: Program, d: Definition, arrays: Mapping[str, Any], shape: t
 
 
 def _sum_chain(body: Any) -> list[Sum]:
-    """The sums on the body's linear path (``sum[a](c * sum[b](...)) / m``): the ones that may be split."""
+    """The sums on the body's linear path (``sum[a](c * sum[b](...)) / m``): the ones that may be split.
+
+    A ``max``/``min`` reduction at the root may be split too: its partial
+    results combine by ``max``/``min`` (:func:`_combine`), not by adding, so
+    only the root qualifies (``-max(..)`` of partials would not combine).
+    """
+    if isinstance(body, Reduce) and body.has_range:
+        return [body]
     chain = []
     step = _linear_step(body)
     while step is not None:
@@ -310,7 +319,9 @@ def _outline_sums(program: Program) -> Program:
     definition read the whole summed axis.  Outlined as ``t[i] = sum[k](..)``
     (indexed by the definition's indices it uses, with their extents), the
     sum is the root of its own definition's linear path, so it is split like
-    any other, and the definition reads ``t[i]``.  Sums that use an enclosing
+    any other, and the definition reads ``t[i]``.  ``max``/``min`` reductions
+    off the root are outlined the same way (at the root they are split and
+    combined by max/min, :func:`_sum_chain`).  Sums that use an enclosing
     sum's variable stay (their definition would need that variable as an
     index with a range of its own), and so does any outlining the verifier
     refuses (a sum whose reads are in bounds only under an enclosing
@@ -326,7 +337,7 @@ def _outline_sums(program: Program) -> Program:
     while work:
         d = work.pop(0)
         path, indices = _linear_path(d.body), set(d.indices)
-        found = [n for n in postorder(d.body) if isinstance(n, Sum) and n.has_range and n not in path
+        found = [n for n in postorder(d.body) if isinstance(n, RANGED) and n.has_range and n not in path
                  and {v for v in free_names(n) if v not in program.sizes()} <= indices]
         if not found:
             out.append(d)
@@ -388,8 +399,16 @@ def _definition_array(fn: "DaskFunction", d: Definition, arrays: Mapping[str, An
     blocks = {}
     for box in itertools.product(*axes):
         parts = [_block(fn, plan, text, arrays, sizes, dtype, box, piece) for piece in pieces]
-        blocks[box] = parts[0] if len(parts) == 1 else da.stack(parts).sum(axis=0, split_every=4)
+        blocks[box] = parts[0] if len(parts) == 1 else _combine(d.body, da.stack(parts))
     return _assemble(da, blocks, axes)
+
+
+def _combine(body: Any, parts: Any) -> Any:
+    """The partial results (stacked on axis 0) of a split reduction, combined by Dask's tree reduction:
+    ``max``/``min`` for a root max/min (an empty piece is -inf/+inf; NaN propagates, as in tcc), else ``sum``."""
+    if isinstance(body, Reduce):
+        return (parts.max if body.op == "max" else parts.min)(axis=0, split_every=4)
+    return parts.sum(axis=0, split_every=4)
 
 
 def _assemble(da: Any, blocks: Mapping[tuple, Any], axes: Sequence[Sequence[tuple[int, int]]]) -> Any:

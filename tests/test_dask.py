@@ -189,6 +189,19 @@ def test_sums_off_the_linear_path_are_outlined_and_split(client) -> None:  # noq
     assert _block_tasks(got["y"], "y_s0") == 3 and got["y"].chunks == ((4, 4, 2),)
 
 
+def test_max_and_min_over_a_chunked_axis_are_split(client) -> None:  # noqa: ANN001
+    """The softmax's row max over column chunks: a partial max per chunk, combined by max; a min
+    under exp is outlined and split too; a NaN in one chunk propagates as in tcc.compile."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 9))
+    got = _compare(client, SOFTMAX, dict(x=x), dict(x=(5, (4, 4, 1))))
+    assert _block_tasks(got["p"], "mx") == 3 and _block_tasks(got["p"], "z") == 3
+    src = "input x[n, m]\nassume m >= 1\ny[i] = exp(min[j](x[i, j])) + x[i, 0]\n"
+    x[2, 5] = np.nan
+    got = _compare(client, src, dict(x=x), dict(x=(5, (4, 4, 1))))
+    assert _block_tasks(got["y"], "y_s0") == 3 and np.isnan(client.compute(got["y"], sync=True)[2])
+
+
 def test_a_sum_in_bounds_only_under_its_where_stays_inline(client) -> None:  # noqa: ANN001
     src = "input x[n, m]\ny[i] = where(i > 0, exp(sum[k](x[i - 1, k])), 0)\n"
     f = tcc.dask.compile(src)
