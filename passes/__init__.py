@@ -34,6 +34,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "inverse-index": "tcc.passes.inverse_index:InverseIndex",
     "cse": "tcc.passes.cse:CSE",
     "inline-guards": "tcc.passes.inline_guards:InlineGuards",
+    "factor-linear": "tcc.passes.factor_linear:FactorLinear",
     "blas": "tcc.passes.blas:Blas",
     "contract-order": "tcc.passes.contract_order:ContractOrder",
     "lower-llvm": "tcc.backends.lower_llvm:LowerLLVM",

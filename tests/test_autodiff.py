@@ -412,7 +412,7 @@ def test_every_pass_preserves_semantics(src, wrt, sizes):
     collect = Collect()
     run_pipeline(program, grad_pipeline("f", wrt), instruments=[collect])
     names = [n for n, _ in collect.states]
-    assert names == ["infer-ranges", "autodiff", "sum-liberation", "index-solve", "range-bound", "simplify", "inverse-index", "cse"]
+    assert names == ["infer-ranges", "autodiff", "sum-liberation", "index-solve", "range-bound", "simplify", "factor-linear", "inverse-index", "cse"]
     deriv0 = collect.states[1][1]
     rng = np.random.default_rng(0)
     inputs = _random_inputs(deriv0, sizes, rng)  # includes the seed df

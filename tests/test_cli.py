@@ -260,7 +260,7 @@ def test_grad_output_file_dumps_and_second_order(urban, tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert err.splitlines()[0] == (
-        "infer-ranges,autodiff{of=f wrt=a},sum-liberation,index-solve,range-bound,simplify,inverse-index,cse"
+        "infer-ranges,autodiff{of=f wrt=a},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
     )
     assert sorted(os.listdir(dump))[:3] == ["00-input.tcc", "01-infer-ranges.tcc", "02-autodiff.tcc"]
     assert len(os.listdir(dump)) == 9

@@ -1,0 +1,96 @@
+"""``factor-linear``: definitions linear in one full-rank read, and single-use monomials inlined (passes/factor_linear.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tcc
+from compare import assert_matches_interpreter, random_inputs
+from tcc.interpreter import evaluate
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _factored(src: str) -> str:
+    return str(tcc.transform(src, "infer-ranges,factor-linear"))
+
+
+def _same_values(src: str, sizes: dict[str, int]) -> None:
+    """The factored program computes the written one's results (the interpreter on both)."""
+    before = tcc.transform(src, "infer-ranges")
+    after = tcc.transform(src, "infer-ranges,factor-linear")
+    arrays = random_inputs(before, sizes, 1)
+    want, got = evaluate(before, arrays), evaluate(after, arrays)
+    for name in before.results():
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-13, atol=1e-13)
+
+
+LINEAR = ("input A[n, m], x[m]\noutput D[n, m]\n"
+          "D[k, i] = -((-A[k, i] * (1 / (1 + exp(-x[i]))) + -(-A[k, i] * exp(-x[i]) / (1 + exp(-x[i]))**2)) * exp(-x[i]))\n")
+
+
+def test_a_body_linear_in_a_full_rank_read_gets_a_lower_rank_coefficient():
+    out = _factored(LINEAR)
+    assert "D_c[i] = " in out and "D[k, i] = A[k, i] * D_c[i]" in out
+    _same_values(LINEAR, {"n": 4, "m": 5})
+    assert_matches_interpreter(LINEAR, {"n": 4, "m": 5})
+
+
+@pytest.mark.parametrize("body", [
+    "A[k, i]**2 * x[i]",            # degree 2
+    "exp(A[k, i]) * x[i]",          # a function of the read
+    "A[k, i] * x[i] + x[i]",        # not homogeneous
+    "x[i] / A[k, i]",               # degree -1
+    "A[k, i] * x[i]",               # already a product: nothing to compute fewer times
+    "A[k, i] * exp(B[k, i])",       # the rest has the full rank too
+])
+def test_what_is_not_linear_or_gains_nothing_stays(body):
+    src = f"input A[n, m], B[n, m], x[m]\noutput D[n, m]\nD[k, i] = {body}\n"
+    assert _factored(src) == str(tcc.transform(src, "infer-ranges"))
+
+
+def test_a_zero_branch_is_linear_of_any_degree():
+    src = "input A[n, n], x[n]\noutput D[n, n]\nD[k, i] = where(k == i, A[k, i] * exp(x[i]) / (1 + x[i]), 0)\n"
+    assert "D[k, i] = A[k, i] * D_c[k, i]" not in _factored(src)  # k == i is not a lower rank: nothing to gain
+    _same_values(src, {"n": 4})
+
+
+def test_single_use_monomials_are_inlined_and_dropped():
+    src = ("input X[m, n], y[m], v[m]\noutput H[n, n]\nlocal P[n, m], Q[n, m]\n"
+           "P[k, i] = X[i, k] * y[i]\nQ[k, i] = P[k, i] * (exp(v[i]) / (1 + v[i]) + 2 * exp(v[i]))\n"
+           "H[k, j] = sum[i](Q[k, i] * X[i, j])\n")
+    out = _factored(src)
+    assert "P[" not in out and "Q[" not in out.split("\n", 3)[3].replace("Q_c", "")
+    assert "H[k, j] = sum[i: 0..m - 1](X[i, k] * y[i] * Q_c[i] * X[i, j])" in out
+    _same_values(src, {"m": 6, "n": 3})
+
+
+def test_monomials_read_twice_or_results_are_kept():
+    src = ("input X[m, n], y[m]\noutput H[n, n], P[n, m]\nlocal R[n, m]\n"
+           "P[k, i] = X[i, k] * y[i]\nR[k, i] = X[i, k] * y[i] * y[i]\n"
+           "H[k, j] = sum[i](P[k, i] * X[i, j] + R[k, i] * R[j, i])\n")
+    assert _factored(src) == str(tcc.transform(src, "infer-ranges"))
+
+
+def test_the_logistic_hessian_is_one_weighted_gram_matrix():
+    """The n x m tangents are gone: a weight per example and one syrk-able product remain."""
+    h = tcc.hessian(str(ROOT / "examples" / "logistic_regression.tcc"), of="f", wrt="w")
+    text = str(h.program)
+    assert "[n, m]" not in text.split("\n")[2]  # no local of the examples' size times the features'
+    assert "sum[dw2_z0: 0..m - 1](X[dw2_z0, ddw_0] * y[dw2_z0] * dz2_c[dw2_z0] * y[dw2_z0] * X[dw2_z0, dw2_0])" in text
+    assert "gram(X, dw2_w)" in str(h.compiled.program)
+    rng = np.random.default_rng(41)
+    n, m = 30, 60
+    X, w, y = rng.standard_normal((m, n)) / np.sqrt(n), 0.1 * rng.standard_normal(n), rng.choice([-1.0, 1.0], m)
+    s = 1 / (1 + np.exp(-(y * (X @ w))))
+    np.testing.assert_allclose(h(X=X, w=w, y=y), X.T @ ((s * (1 - s))[:, None] * X), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["logistic_regression", "quadratic_form", "matrix_factorization", "urban"])
+def test_example_hessians_and_gradients_still_check(name):
+    src = (ROOT / "examples" / f"{name}.tcc").read_text()
+    program = tcc.transform(tcc.parse(src), "infer-ranges")
+    of = program.results()[-1]
+    wrt = [d.name for d in program.inputs if not d.is_index]
+    for result in tcc.check(src, of=of, wrt=wrt):
+        assert result.ok, result
