@@ -96,7 +96,8 @@ def einsum_contract(spec: tuple[tuple[str, ...], ...], a: np.ndarray, b: np.ndar
 def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
     """``inv``, ``adj``, ``det`` or ``logdet`` (``log|det|``) of the square matrix ``a``
     (``matrix_function(fn, a)``), or ``matmul`` of ``a`` and ``b``
-    (``matrix_function("matmul", a, b)``: ``a @ b``, NumPy's BLAS), in ``a``'s dtype.
+    (``matrix_function("matmul", a, b)``: ``a @ b``, NumPy's BLAS), or the weighted
+    Gram matrix ``gram`` of ``a`` and the weights ``w`` (``a^T diag(w) a``), in ``a``'s dtype.
     ``where`` names the definition in errors (also accepted as the last
     positional argument, as before ``matmul``).
 
@@ -112,6 +113,9 @@ def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
     if not args:
         raise TccError(f"{fn} needs a matrix")
     a, more = args[0], args[1:]
+    if fn == "gram":  # the reference: sum[z](X[z, a] * w[z] * X[z, b]), no syrk (tcc.gram_kernel)
+        x, w = np.asarray(a), np.asarray(more[0]).astype(np.asarray(a).dtype, copy=False)
+        return np.matmul((x * w[:, None]).T, x)
     if fn == "matmul":
         if len(more) != 1:
             raise TccError(f"matmul takes two matrices, not {1 + len(more)}")

@@ -50,6 +50,7 @@ import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
 from tcc.contraction_kernel import run_contract
+from tcc.gram_kernel import run_gram
 from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
@@ -104,13 +105,16 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
     transposed view ``B.T``: NumPy hands BLAS the stored array with the
     transpose flag, so nothing is copied.  ``contract`` reshapes (or copies)
     its operands into matrix stacks and makes one ``np.matmul``
-    (:mod:`tcc.contraction_kernel`).  BLAS runs with at most ``threads``
+    (:mod:`tcc.contraction_kernel`); ``gram`` scales and calls ``syrk`` or GEMM
+    (:mod:`tcc.gram_kernel`).  BLAS runs with at most ``threads``
     threads (:func:`blas_limit`).
     """
     out = buffers[stmt.out]
     with blas_limit(threads):
         if getattr(stmt, "spec", ()):
             run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
+        elif stmt.fn == "gram":  # X^T diag(w) X: syrk when every weight is >= 0 (tcc.gram_kernel)
+            run_gram(buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif stmt.fn == "matmul":
             flags = getattr(stmt, "transposed", ()) or (False, False)
             a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))

@@ -33,6 +33,11 @@ MATRIX_FUNCTIONS = {"det": 0, "logdet": 0, "inv": 2, "adj": 2}
 #: The matrix product ``matmul(A, B)`` of two named order-2 tensors (``C = A @ B``):
 #: a ``MatrixFn`` with two arguments, also a definition of its own.
 MATMUL = "matmul"
+#: The weighted Gram matrix ``gram(X, w)[a, b] = sum[z](X[z, a] * w[z] * X[z, b])``
+#: (``X^T diag(w) X``) of an order-2 ``X`` and an order-1 ``w``: ``blas`` makes it
+#: from a second derivative's symmetric product, and the runtime hands it to
+#: BLAS's ``syrk`` (half a GEMM's multiply-adds) when every weight is >= 0.
+GRAM = "gram"
 
 #: ``#index[e]`` reads the integer value of the index expression ``e`` as a float
 #: (``sum[j](x[a, j]) / m``, ``x[i] * sin(0.3 * i)``).  As an :class:`Access`, every pass
@@ -40,7 +45,7 @@ MATMUL = "matmul"
 #: verifiers, the interpreter and code generators know it.  No program can name it (``#``).
 INDEX_VALUE = "#index"
 #: Every function a ``MatrixFn`` holds, by its number of arguments (``contract``: ir/contraction.py).
-MATRIX_ARITY = {**{fn: 1 for fn in MATRIX_FUNCTIONS}, MATMUL: 2, CONTRACT: 2}
+MATRIX_ARITY = {**{fn: 1 for fn in MATRIX_FUNCTIONS}, MATMUL: 2, GRAM: 2, CONTRACT: 2}
 
 _TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 
@@ -295,8 +300,9 @@ class MatrixFn(Expr):
 
     @property
     def order(self) -> int:
-        """The order of the result: 2 (``inv``, ``adj``, ``matmul``), 0 (``det``, ``logdet``), a contraction's own."""
-        return len(self.spec[2]) if self.spec else 2 if self.fn == MATMUL else MATRIX_FUNCTIONS[self.fn]
+        """The order of the result: 2 (``inv``, ``adj``, ``matmul``, ``gram``), 0 (``det``, ``logdet``),
+        a contraction's own."""
+        return len(self.spec[2]) if self.spec else 2 if self.fn in (MATMUL, GRAM) else MATRIX_FUNCTIONS[self.fn]
 
     @property
     def tensor(self) -> str:

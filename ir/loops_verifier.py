@@ -58,7 +58,8 @@ from typing import Callable, Union
 from tcc.ir.diagnostics import TccError
 
 from .contraction import CONTRACT, contract_result
-from .expr import INDEX_VALUE, MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
+from .gram import GRAM_RANKS, gram_result
+from .expr import GRAM, INDEX_VALUE, MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, Access, CSum, Expr, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine, lookups
 from .index_range import cond_affines
 from .loops import (
@@ -253,6 +254,10 @@ class _Verifier:
             if s.fn == CONTRACT:
                 if not s.spec or arg.rank != len(s.spec[len(args)]):
                     raise self.error(f"'{call}': '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
+            elif s.fn == GRAM:
+                if arg.rank != GRAM_RANKS[len(args)]:
+                    raise self.error(f"gram needs a matrix and a vector: '{name}' has "
+                                     f"{_plural(arg.rank, 'dimension', 'dimensions')}")
             elif arg.rank != 2 and not (s.fn == MATMUL and arg.rank > 2):  # matmul also takes batches
                 raise self.error(f"{s.fn} needs a matrix: '{name}' has {_plural(arg.rank, 'dimension', 'dimensions')}")
             args.append(arg)
@@ -260,6 +265,10 @@ class _Verifier:
             want, why = contract_result(s.spec, args[0].shape, args[1].shape)
             if why is not None:
                 raise self.error(f"'{call}' is not a contraction: {why}")
+        elif s.fn == GRAM:
+            want, why = gram_result(*s.args, args[0].shape, args[1].shape)
+            if why is not None:
+                raise self.error(why)
         elif s.fn == MATMUL:
             a, b = args
             # a buffer read transposed: the product's operand has its extents reversed

@@ -34,7 +34,7 @@ from .contraction import CONTRACT, parse_contract_args, parse_index_names
 from .diagnostics import Loc, SourceMap, TccError
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
-    EXTREMES,
+    EXTREMES, GRAM,
     INDEX_VALUE,
     MATMUL,
     MATRIX_ARITY,
@@ -347,7 +347,7 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
         spec = spec and spec + [tuple(indices)]
         call = format_matrix_call(fn, tuple(args), tuple(flags), spec)
         if len(args) != MATRIX_ARITY[fn]:
-            want = "two matrices: matmul(A, B)" if fn == MATMUL else f"one matrix: {fn}(A)"
+            want = {MATMUL: "two matrices: matmul(A, B)", GRAM: "a matrix and a vector: gram(X, w)"}.get(fn, f"one matrix: {fn}(A)")
             raise self.error(f"{fn} takes {want} (here: {call})", ctok)
         node = MatrixFn(fn, *args, transposed=tuple(flags), spec=spec)
         self.record(node, atok)
@@ -460,8 +460,8 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
                 node = Binary(word, node, a)
             return node
         if word in MATRIX_ARITY and self.peek(1).is_op("("):
-            if word == MATMUL:
-                example = "C[i, j] = matmul(A, B)[i, j]"
+            if word in (MATMUL, GRAM):
+                example = f"C[i, j] = {word}({'A, B' if word == MATMUL else 'X, w'})[i, j]"
             else:
                 example = f"B[i, j] = {word}(A)[i, j]" if MATRIX_FUNCTIONS[word] else f"s = {word}(A)"
             raise self.error(f"{word} is not element-wise: give it a definition of its own ('{example}') and read that", tok)

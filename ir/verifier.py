@@ -12,7 +12,8 @@ from .diagnostics import TccError
 
 from .bounds import prove_in_bounds
 from .contraction import CONTRACT, contract_result
-from .expr import INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
+from .gram import GRAM_RANKS, gram_result
+from .expr import GRAM, INDEX_VALUE, MATMUL, MATRIX_FUNCTIONS, RANGED, Access, CSum, Expr, MatrixFn, Sum, Where, format_matrix_call, postorder
 from .index import Affine, format_affine, lookups
 from .index_range import cond_affines
 from .program import Definition, Loc, Program, TensorDecl, derived_shape
@@ -267,6 +268,9 @@ def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None
         if fn == CONTRACT:
             if rank != len(body.spec[len(exts)]):
                 raise TccError(f"{call}: '{name}' has {rank} dimensions", loc, program.source)
+        elif fn == GRAM:
+            if rank != GRAM_RANKS[len(exts)]:
+                raise TccError(f"gram needs a matrix and a vector: '{name}' has {rank} dimensions", loc, program.source)
         elif rank != 2 and not (fn == MATMUL and rank > 2):  # matmul also takes batches of matrices
             dims = f"{rank} dimension{'s' if rank != 1 else ''}"
             raise TccError(f"{fn} needs a matrix (2 dimensions): '{name}' has {dims}", loc, program.source)
@@ -278,6 +282,10 @@ def matrix_extents(program: Program, d: Definition) -> tuple[Affine, ...] | None
         if why is not None or body.spec[2] != d.indices:
             raise TccError(f"{call} is not a contraction with result {d.name}[{', '.join(d.indices)}]: "
                            f"{why or 'the indices differ'}", loc, program.source)
+    elif fn == GRAM:
+        result, why = gram_result(*body.args, exts[0] or (), exts[1] or ())
+        if why is not None:
+            raise TccError(why, loc, program.source)
     elif fn == MATMUL:
         (a, b), (ea, eb) = body.args, exts
         assert ea is not None and eb is not None

@@ -57,7 +57,7 @@ def cuda_refusal(fn: str, arg: "str | tuple[str, ...]", out: str, loc=None, sour
                  transposed: tuple[bool, ...] = ()) -> TccError:
     """The error for a matrix function or product in a program compiled for target cuda."""
     args = arg if isinstance(arg, str) else format_matrix_call(fn, arg, transposed)[len(fn) + 1:-1]
-    if fn in ("matmul", "contract"):  # contract: a general contraction (tcc.ir.contraction)
+    if fn in ("matmul", "contract", "gram"):  # contract: a general contraction (tcc.ir.contraction)
         what, library = "matrix products", "BLAS"
     else:
         what, library = "matrix functions", "LAPACK"

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from tcc.ir.diagnostics import TccError
+from tcc.ir.gram import gram_as_sum
 from tcc.ir.program import Program
 from tcc.passes.autodiff.forward import differentiate_forward
 from tcc.passes.autodiff.reverse import differentiate
@@ -58,6 +59,7 @@ class AutoDiff(Pass):
             raise TccError(f"autodiff: mode must be 'reverse' or 'forward', not '{self.mode}'")
         if self.seed not in ("input", "delta"):
             raise TccError(f"autodiff: seed must be 'input' or 'delta', not '{self.seed}'")
+        program = gram_as_sum(program)  # a Gram matrix as the sum it stands for (tcc.ir.gram)
         if self.mode == "forward":
             return differentiate_forward(program, self.of, self.wrt, delta=self.seed == "delta")
         return differentiate(program, self.of, self.wrt, delta=self.seed == "delta")

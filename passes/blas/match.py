@@ -5,6 +5,7 @@ import logging
 import math
 
 from tcc.ir.expr import (
+    GRAM,
     ONE,
     Access,
     Binary,
@@ -372,6 +373,10 @@ class Rewriter:
         factors, negated, s = self.contraction(d)
         *batch, a, b = d.indices
         assert d.extents is not None
+        if not batch:
+            gram = self.gram(d, factors, negated, s)
+            if gram is not None:
+                return gram
         *bext, p, r = d.extents
         z, q = s.var, s.hi[0] + 1
         side: dict[int, str] = {}
@@ -404,6 +409,38 @@ class Rewriter:
         rhs = self.outline(d, right, negated and to_right, (z, b), (q, r), shape, "rhs", out)
         body = MatrixFn("matmul", lhs[0], rhs[0], transposed=(lhs[1], rhs[1]))
         out.append(Definition(d.name, d.indices, body, d.extents, d.loc))
+        return out
+
+    def gram(self, d: Definition, factors: list[Expr], negated: bool, s: Sum) -> list[Definition] | None:
+        """``sum[z](P[z, a] * <factors on z or on nothing> * P[z, b])`` as ``gram(P, W)`` with
+        ``W[z]`` the product of the weights (a plain ``V[z]`` is read as it is): the symmetric
+        product of a second derivative, which the runtime gives to ``syrk`` when the weights
+        are >= 0 (tcc.gram_kernel).  Without weights ``matmul(transpose(P), P)`` is syrk already."""
+        a, b = d.indices
+        z, q = s.var, s.hi[0] + 1
+        assert d.extents is not None
+        pair = [f for f in factors if {a, b} & set(free_names(f))]
+        weights = [f for f in factors if not {a, b} & set(free_names(f))]
+        if len(pair) != 2 or not all(isinstance(f, Access) for f in pair) or d.extents[0] != d.extents[1]:
+            return None
+        if not weights or any(set(free_names(f)) - self.sizes - {z} for f in weights):
+            return None
+        reads = {f.tensor for f in pair}  # type: ignore[union-attr]
+        (tensor,) = reads if len(reads) == 1 else (None,)
+        zv, av, bv = Affine.var(z), Affine.var(a), Affine.var(b)
+        if tensor is None or {f.indices for f in pair} != {(zv, av), (zv, bv)}:  # type: ignore[union-attr]
+            return None
+        if tuple(self.program.extents_of(tensor) or self.made.get(tensor) or ()) != (q, d.extents[0]):
+            return None
+        out: list[Definition] = []
+        w = weights[0] if len(weights) == 1 and not negated else None
+        if not (isinstance(w, Access) and w.indices == (zv,)
+                and tuple(self.program.extents_of(w.tensor) or self.made.get(w.tensor) or ()) == (q,)):
+            name = self.fresh(f"{d.name}_w")
+            self.made[name] = (q,)
+            out.append(Definition(name, (z,), _product(weights, negated), (q,), d.loc))
+            w = Access(name, (zv,))
+        out.append(Definition(d.name, d.indices, MatrixFn(GRAM, tensor, w.tensor), d.extents, d.loc))
         return out
 
     def outline(self, d: Definition, fs: list[Expr], neg: bool, pair: tuple[str, str], ext: tuple[Affine, Affine],
