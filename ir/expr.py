@@ -2,11 +2,9 @@
 
 Building the same node twice returns the same object, so structural equality is
 identity, common subexpressions are shared for free and a derivative DAG grows
-linearly with the function (seed 003, sec. 4.8).  Node identity is also what
-reverse accumulation keys its adjoints on.
-
-Nodes never fold or simplify on construction: what a pass builds is what the
-printer shows, and ``simplify`` is an explicit, dumpable step.
+linearly with the function (seed 003, sec. 4.8); reverse accumulation keys its
+adjoints on node identity.  Nodes never fold or simplify on construction: what
+a pass builds is what the printer shows (``simplify`` is a dumpable step).
 
 Nodes print themselves: the expression printer is at the end of this module
 (conditions and index expressions print in :mod:`tcc.ir.index`), so
@@ -33,10 +31,7 @@ MATRIX_FUNCTIONS = {"det": 0, "logdet": 0, "inv": 2, "adj": 2}
 #: The matrix product ``matmul(A, B)`` of two named order-2 tensors (``C = A @ B``):
 #: a ``MatrixFn`` with two arguments, also a definition of its own.
 MATMUL = "matmul"
-#: The weighted Gram matrix ``gram(X, w)[a, b] = sum[z](X[z, a] * w[z] * X[z, b])``
-#: (``X^T diag(w) X``) of an order-2 ``X`` and an order-1 ``w``: ``blas`` makes it
-#: from a second derivative's symmetric product, and the runtime hands it to
-#: BLAS's ``syrk`` (half a GEMM's multiply-adds) when every weight is >= 0.
+#: ``gram(X, w)[a, b] = sum[z](X[z, a] * w[z] * X[z, b])``, ``X^T diag(w) X``: ir/gram.py.
 GRAM = "gram"
 
 #: ``#index[e]`` reads the integer value of the index expression ``e`` as a float
@@ -300,8 +295,7 @@ class MatrixFn(Expr):
 
     @property
     def order(self) -> int:
-        """The order of the result: 2 (``inv``, ``adj``, ``matmul``, ``gram``), 0 (``det``, ``logdet``),
-        a contraction's own."""
+        """The order of the result: 2 (``inv``, ``adj``, ``matmul``, ``gram``), 0 (``det``, ``logdet``), a contraction's."""
         return len(self.spec[2]) if self.spec else 2 if self.fn in (MATMUL, GRAM) else MATRIX_FUNCTIONS[self.fn]
 
     @property

@@ -20,9 +20,10 @@ written twice on the way to one GEMM.  This pass does two rewrites:
    in real arithmetic.  ``B[A := 1]`` becomes a local ``<D>_c[J]`` (computed
    once per ``J``, not per element) and the body ``A * <D>_c[J]``.
    Homogeneity is decided on the syntax: ``A`` itself has degree 1, an
-   expression free of ``A`` degree 0, ``+``/``-``/``where`` need equal degrees
-   (a literal zero matches any), ``*`` adds them, a divisor and a function's
-   argument must have degree 0.  Rounding may differ from the unfactored
+   expression free of ``A`` degree 0, ``+``/``-`` need equal degrees (a
+   literal zero matches any), ``*`` adds them, a divisor and a function's
+   argument must have degree 0.  ``A`` under a ``where`` is left alone: the
+   guard may be what keeps its read in bounds.  Rounding may differ from the unfactored
    form (``A*x + A*y`` becomes ``A*(x + y)``), as for any reassociation;
    the values are equal in real arithmetic.
 2. **Inline monomials.**  A local definition whose body is a product of
@@ -57,35 +58,33 @@ logger = logging.getLogger(__name__)
 _ANY = -1  # the degree of a literal zero: homogeneous of every degree
 
 
-def _degree(e: Expr, atom: Expr, memo: dict[Expr, int | None], has: set[Expr]) -> int | None:
-    """The degree of ``e`` in ``atom`` when ``e`` is homogeneous in it, else ``None``; ``has``
-    holds the nodes that contain ``atom``."""
-    if e in memo:
-        return memo[e]
-    if e is atom:
-        d: int | None = 1
-    elif is_zero(e):
-        d = _ANY
-    elif e not in has:
-        d = 0
-    elif isinstance(e, Unary):
-        d = _degree(e.operand, atom, memo, has) if e.op == "neg" else None  # a function of it is not linear
-    elif isinstance(e, Binary):
-        d = _binary_degree(e, atom, memo, has)
-    elif isinstance(e, Where):  # its condition compares indices only
-        d = _same(_degree(e.then, atom, memo, has), _degree(e.other, atom, memo, has))
-    else:  # a sum, reduction or selection over the atom
-        d = None
-    memo[e] = d
-    return d
+def _degree(root: Expr, atom: Expr) -> int | None:
+    """The degree of ``root`` in ``atom`` when ``root`` is homogeneous in it, else ``None``.
 
-
-def _containing(root: Expr, atom: Expr) -> set[Expr]:
-    has: set[Expr] = set()
-    for n in postorder(root):
-        if n is atom or any(c in has for c in n.children()):
-            has.add(n)
-    return has
+    Bottom-up over the DAG (no recursion: a derivative's flat sums are deep trees)."""
+    deg: dict[Expr, int | None] = {}
+    for e in postorder(root):
+        kids = [deg[c] for c in e.children()]
+        if e is atom:
+            d: int | None = 1
+        elif is_zero(e):
+            d = _ANY
+        elif all(k == 0 for k in kids) and not isinstance(e, Access):
+            d = 0
+        elif isinstance(e, (Access, Const)):
+            d = 0
+        elif None in kids:
+            d = None
+        elif isinstance(e, Unary):
+            d = kids[0] if e.op == "neg" else None  # a function of the atom is not linear
+        elif isinstance(e, Binary):
+            d = _binary_degree(e, kids[0], kids[1])  # type: ignore[arg-type]
+        elif isinstance(e, Where):  # the guard may protect the atom's read: it stays under it
+            d = None
+        else:  # a sum, reduction or selection over the atom
+            d = None
+        deg[e] = d
+    return deg[root]
 
 
 def _same(a: int | None, b: int | None) -> int | None:
@@ -98,10 +97,7 @@ def _same(a: int | None, b: int | None) -> int | None:
     return None
 
 
-def _binary_degree(e: Binary, atom: Expr, memo: dict[Expr, int | None], has: set[Expr]) -> int | None:
-    a, b = _degree(e.lhs, atom, memo, has), _degree(e.rhs, atom, memo, has)
-    if a is None or b is None:
-        return None
+def _binary_degree(e: Binary, a: int, b: int) -> int | None:
     if e.op in ("+", "-"):
         return _same(a, b)
     if e.op == "*":
@@ -115,11 +111,8 @@ def _binary_degree(e: Binary, atom: Expr, memo: dict[Expr, int | None], has: set
 
 def _monomial(e: Expr) -> bool:
     """A product of reads and constants, possibly negated."""
-    if isinstance(e, (Access, Const)):
-        return True
-    if isinstance(e, Unary) and e.op == "neg":
-        return _monomial(e.operand)
-    return isinstance(e, Binary) and e.op == "*" and _monomial(e.lhs) and _monomial(e.rhs)
+    return all(isinstance(n, (Access, Const)) or (isinstance(n, Unary) and n.op == "neg")
+               or (isinstance(n, Binary) and n.op == "*") for n in postorder(e))
 
 
 def _plain_body(d: Definition) -> bool:
@@ -132,26 +125,24 @@ def _factor(d: Definition, sizes: set[str], taken: set[str]) -> list[Definition]
     if not _plain_body(d) or _monomial(d.body):
         return [d]
     own = set(d.indices)
-    seen: set[Expr] = set()
-    for atom in postorder(d.body):
-        if not isinstance(atom, Access) or atom in seen or set(free_names(atom)) - sizes != own:
-            continue
-        seen.add(atom)
-        if _degree(d.body, atom, {}, _containing(d.body, atom)) != 1:
-            continue
-        coeff = fold_all(transform(d.body, lambda n: ONE if n is atom else n))
-        rest = set(free_names(coeff)) - sizes
-        if rest >= own or _monomial(coeff):
-            continue  # nothing is computed fewer times, or the product is already explicit
-        keep = tuple(x for x in d.indices if x in rest)
-        assert d.extents is not None
-        name = fresh_name(f"{d.name}_c", taken)
-        taken.add(name)
-        ext = tuple(e for x, e in zip(d.indices, d.extents) if x in rest)
-        logger.info("%s: linear in %s; the coefficient is %s[%s]", d.name, atom, name, ", ".join(keep))
-        return [Definition(name, keep, coeff, ext, d.loc),
-                d.with_body(Binary("*", atom, Access(name, tuple(Affine.var(x) for x in keep))))]
-    return [d]
+    full = [n for n in postorder(d.body) if isinstance(n, Access) and set(free_names(n)) - sizes == own]
+    if len(full) != 1:  # a second full-rank read would stay in the coefficient: nothing is computed fewer times
+        return [d]
+    (atom,) = full
+    if _degree(d.body, atom) != 1:
+        return [d]
+    coeff = fold_all(transform(d.body, lambda n: ONE if n is atom else n))
+    rest = set(free_names(coeff)) - sizes
+    if rest >= own or _monomial(coeff):
+        return [d]  # nothing is computed fewer times, or the product is already explicit
+    keep = tuple(x for x in d.indices if x in rest)
+    assert d.extents is not None
+    name = fresh_name(f"{d.name}_c", taken)
+    taken.add(name)
+    ext = tuple(e for x, e in zip(d.indices, d.extents) if x in rest)
+    logger.info("%s: linear in %s; the coefficient is %s[%s]", d.name, atom, name, ", ".join(keep))
+    return [Definition(name, keep, coeff, ext, d.loc),
+            d.with_body(Binary("*", atom, Access(name, tuple(Affine.var(x) for x in keep))))]
 
 
 def _read_counts(program: Program) -> dict[str, int]:

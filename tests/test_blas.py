@@ -180,24 +180,26 @@ def test_errors(src, message):
 # ---------------------------------------------------------------------------
 
 
-def test_logistic_hessian_ends_in_a_matmul():
+def test_logistic_hessian_ends_in_a_gram_matrix():
+    """factor-linear leaves X[z, a] * <weights on z> * X[z, b]; blas makes it gram(X, W) (syrk at run time)."""
     h = hessian_program(LOGISTIC, "f", "w")
     before = str(tcc.transform(h, "infer-ranges"))
-    assert "dw2[ddw_0, dw2_0] = sum[dw2_z0: 0..m - 1](dz2[ddw_0, dw2_z0] * y[dw2_z0] * X[dw2_z0, dw2_0])" in before
+    assert ("dw2[ddw_0, dw2_0] = sum[dw2_z0: 0..m - 1](X[dw2_z0, ddw_0] * y[dw2_z0] * dz2_c[dw2_z0] * y[dw2_z0] "
+            "* X[dw2_z0, dw2_0])") in before
     text = str(tcc.transform(h, "infer-ranges,blas"))
     assert text.endswith(
-        "dw2_lhs[ddw_0, dw2_z0] = dz2[ddw_0, dw2_z0] * y[dw2_z0]\n"
-        "dw2[ddw_0, dw2_0] = matmul(dw2_lhs, X)[ddw_0, dw2_0]\n"
+        "dw2_w[dw2_z0] = y[dw2_z0] * dz2_c[dw2_z0] * y[dw2_z0]\n"
+        "dw2[ddw_0, dw2_0] = gram(X, dw2_w)[ddw_0, dw2_0]\n"
     )
-    assert "output dw2[n, n]\n" in text and "dw2_lhs[n, m]" in text.split("\n")[2]  # a local
+    assert "output dw2[n, n]\n" in text and "dw2_w[m]" in text.split("\n")[2]  # a local
     assert str(tcc.parse(text)) == text
     # the CPU pipeline runs it right before lower-loops; the GPU pipeline does not
     assert ",blas,lower-loops," in DEFAULT_LOOP_PIPELINE and "blas" not in DEFAULT_GPU_PIPELINE.split(",")
     loops = str(tcc.transform(h, DEFAULT_LOOP_PIPELINE))
-    assert "kernel dw2 {\n  extern matmul(dw2_lhs, X) -> dw2\n}" in loops
-    # the outlined factor is an element-wise kernel, fused with dz2's nest and parallel
-    assert "dw2_lhs[ddw_0, dz2_0] = dz2_v3 * y[dz2_0]" in loops
-    assert "kernel dz2_dw2_lhs {\n  parallel for ddw_0 in 0..n - 1 {" in loops
+    assert "kernel dw2 {\n  extern gram(X, dw2_w) -> dw2\n}" in loops
+    # the weights are an element-wise kernel over the examples, fused with z's nest and parallel
+    assert "dw2_w[i] = y[i] * dz2_c_v2 * y[i]" in loops
+    assert "kernel z_dz2_c_t_dz2_c_dw2_w {\n  parallel for i in 0..m - 1 {" in loops
     assert "extern" not in str(tcc.transform(h, DEFAULT_GPU_PIPELINE))
 
 
@@ -210,7 +212,7 @@ def _logistic_hessian_numpy(X, w, y):
 @pytest.mark.parametrize("n, m", [(1, 1), (1, 5), (4, 1), (3, 7), (7, 3), (20, 33)])
 def test_logistic_hessian_compiled_matches_interpreter_and_numpy(n, m, dtype):
     H = tcc.hessian(LOGISTIC, of="f", wrt="w", dtype=dtype)
-    assert any(k.extern is not None and k.extern.fn == "matmul" for k in H.compiled.loops.kernels)
+    assert any(k.extern is not None and k.extern.fn == "gram" for k in H.compiled.loops.kernels)
     rng = np.random.default_rng(n * 100 + m)
     X = rng.standard_normal((m, n))
     w = rng.standard_normal(n) * 0.3
@@ -725,12 +727,12 @@ def test_emit_loops_shows_the_extern(tmp_path, capsys):
     path.write_text(str(hessian_program(LOGISTIC, "f", "w")))
     assert main(["compile", str(path), "--emit", "loops"]) == 0
     out, err = capsys.readouterr()
-    assert err == "" and "kernel dw2 {\n  extern matmul(dw2_lhs, X) -> dw2\n}" in out
+    assert err == "" and "kernel dw2 {\n  extern gram(X, dw2_w) -> dw2\n}" in out
     assert main(["compile", str(path), "--emit", "llvm"]) == 0
     out, _ = capsys.readouterr()
     # the first kernel is the forward matrix-vector product z = X w, the last the Hessian's product
     assert out.startswith("; kernel z_mm: extern matmul(X, z_rhs) -> z_mm runs on the host (BLAS through NumPy)")
-    assert "; kernel dw2: extern matmul(dw2_lhs, X) -> dw2 runs on the host (BLAS through NumPy)" in out
+    assert "; kernel dw2: extern gram(X, dw2_w) -> dw2 runs on the host (BLAS through NumPy)" in out
     # tcc run writes the program's definitions, not the outlined factor
     rng = np.random.default_rng(3)
     X, w, y = rng.standard_normal((6, 4)), rng.standard_normal(4), rng.choice([-1.0, 1.0], 6)

@@ -49,10 +49,19 @@ def test_what_is_not_linear_or_gains_nothing_stays(body):
     assert _factored(src) == str(tcc.transform(src, "infer-ranges"))
 
 
-def test_a_zero_branch_is_linear_of_any_degree():
-    src = "input A[n, n], x[n]\noutput D[n, n]\nD[k, i] = where(k == i, A[k, i] * exp(x[i]) / (1 + x[i]), 0)\n"
-    assert "D[k, i] = A[k, i] * D_c[k, i]" not in _factored(src)  # k == i is not a lower rank: nothing to gain
-    _same_values(src, {"n": 4})
+def test_a_read_under_a_guard_stays_under_it():
+    """where(j <= 0, df[i, j], 0) is linear in df, but the guard is what keeps df's read in bounds."""
+    src = "input x[1, 2], df[1, 1]\noutput dx[1, 2]\ndx[i, j] = where(j <= 0, df[i, j] * exp(x[0, j]), 0)\n"
+    assert _factored(src) == str(tcc.transform(src, "infer-ranges"))
+    grad = tcc.grad("input x[1, 2]\noutput f[1, 1]\nf[i, j] = x[i, j]\n", of="f", wrt="x")
+    assert "where(" in str(grad)
+    assert_matches_interpreter(grad)
+
+
+def test_a_zero_term_is_linear_of_any_degree():
+    src = "input A[n, m], x[m]\noutput D[n, m]\nD[k, i] = A[k, i] * exp(x[i]) / (1 + x[i]) + 0 * x[i]\n"
+    assert "D[k, i] = A[k, i] * D_c[i]" in _factored(src)
+    _same_values(src, {"n": 3, "m": 4})
 
 
 def test_single_use_monomials_are_inlined_and_dropped():

@@ -47,7 +47,7 @@ class LLVMModule:
         """``;`` lines naming the external kernels, which have no code in the module."""
         lines = [
             f"; kernel {k.name}: {k.extern} runs on the host"
-            f" ({'BLAS' if k.extern.fn in ('matmul', 'contract') else 'LAPACK'} through NumPy), between the compiled kernels\n"
+            f" ({'BLAS' if k.extern.fn in ('matmul', 'contract', 'gram') else 'LAPACK'} through NumPy), between the compiled kernels\n"
             for k in self.program.kernels
             if k.extern is not None
         ]
