@@ -33,7 +33,7 @@ from tcc.registry import get_pass_class
 logger = logging.getLogger(__name__)
 
 DEFAULT_GRAD_PIPELINE = (
-    "infer-ranges,autodiff{{of={of} wrt={wrt}}},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
+    "infer-ranges,contract-order,autodiff{{of={of} wrt={wrt}}},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
 )
 #: Forward mode reads its inputs at the same indices as the function: a gather
 #: by construction, with no constrained sums to solve.

@@ -412,13 +412,13 @@ def test_every_pass_preserves_semantics(src, wrt, sizes):
     collect = Collect()
     run_pipeline(program, grad_pipeline("f", wrt), instruments=[collect])
     names = [n for n, _ in collect.states]
-    assert names == ["infer-ranges", "autodiff", "sum-liberation", "index-solve", "range-bound", "simplify", "factor-linear", "inverse-index", "cse"]
-    deriv0 = collect.states[1][1]
+    assert names == ["infer-ranges", "contract-order", "autodiff", "sum-liberation", "index-solve", "range-bound", "simplify", "factor-linear", "inverse-index", "cse"]
+    deriv0 = collect.states[2][1]  # after autodiff
     rng = np.random.default_rng(0)
     inputs = _random_inputs(deriv0, sizes, rng)  # includes the seed df
     grads = ["d" + x for x in wrt]
     reference = None
-    for name, state in collect.states[1:]:
+    for name, state in collect.states[2:]:
         # each intermediate is an executable program, also after printing and parsing it back
         for prog in (state, tcc.parse(str(state), filename=f"<{name}>")):
             if prog is not state:

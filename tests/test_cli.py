@@ -260,10 +260,10 @@ def test_grad_output_file_dumps_and_second_order(urban, tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert err.splitlines()[0] == (
-        "infer-ranges,autodiff{of=f wrt=a},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
+        "infer-ranges,contract-order,autodiff{of=f wrt=a},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
     )
-    assert sorted(os.listdir(dump))[:3] == ["00-input.tcc", "01-infer-ranges.tcc", "02-autodiff.tcc"]
-    assert len(os.listdir(dump)) == 10
+    assert sorted(os.listdir(dump))[:4] == ["00-input.tcc", "01-infer-ranges.tcc", "02-contract-order.tcc", "03-autodiff.tcc"]
+    assert len(os.listdir(dump)) == 11
     # closed under derivation: grad of the grad
     assert main(["grad", str(first), "--of", "da", "--wrt", "a"]) == 0
     second = _parse(capsys.readouterr().out)

@@ -98,7 +98,11 @@ D[i, l] = sum[p, q](A[i, p] * B[p, q] * C[q, l])
 def test_ties_go_to_contiguous_loops():
     # dA: summing dA_z0 first or dA_z1 first costs the same; dA_z1 is contiguous in dT and C (a dot
     # product), and the intermediate puts dA_z0, summed next, last, so the second step is one too
-    text = str(tcc.transform(tcc.grad(T_SRC, "T", "A"), "infer-ranges,contract-order"))
+    # (the sum autodiff makes of T's three factors; the grad pipeline now orders T first, so it is written out)
+    grad = ("input A[n, n, n], B[n, n], C[n, n], dT[n, n, n]\noutput dA[n, n, n]\n"
+            "dA[dA_0, dA_1, dA_2] = sum[dA_z1: 0..n - 1, dA_z0: 0..n - 1](dT[dA_0, dA_z0, dA_z1] * "
+            "(C[dA_2, dA_z1] * B[dA_1, dA_z0]))\n")
+    text = str(tcc.transform(grad, "infer-ranges,contract-order"))
     assert text.endswith(
         "dA_ctr[dA_0, dA_2, dA_z0] = sum[dA_z1: 0..n - 1](dT[dA_0, dA_z0, dA_z1] * C[dA_2, dA_z1])\n"
         "dA[dA_0, dA_1, dA_2] = sum[dA_z0: 0..n - 1](dA_ctr[dA_0, dA_2, dA_z0] * B[dA_1, dA_z0])\n")
@@ -307,3 +311,17 @@ def test_issue_example_with_threads_and_a_given_output(threads):
         got = tcc.compile(T_SRC, threads=threads)(**inputs, T=out)
         assert got["T"] is out and set(got) == {"T"}  # the intermediate is a local: not returned
         np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+def test_derivative_pipelines_order_first_so_value_and_gradients_share_products():
+    """contract-order runs before autodiff: T_ctr = A C serves T and dB, dT_ctr = B dT serves dA and dC
+    (six n^4 products where ordering each gradient on its own made eight)."""
+    g = tcc.grad(T_SRC, "T", ["A", "B", "C"], value=True)
+    text = str(g)
+    assert "T_ctr[i, p, l] = sum[q: 0..n - 1](A[i, p, q] * C[q, l])" in text
+    assert "dT_ctr" in text and "T_ctr[dB_z1, dB_0, dB_z0]" in text
+    compiled = tcc.compile(g)
+    externs = [k.extern.fn for k in compiled.loops.kernels if k.extern is not None]
+    assert len(externs) == 6, externs
+    for n in (0, 1, 6):
+        assert_matches_interpreter(g, {"n": n})

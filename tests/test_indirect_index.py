@@ -362,10 +362,10 @@ def test_every_pass_of_the_gradient_preserves_its_values(src: str, wrt: list) ->
     collect = _Collect()
     run_pipeline(tcc.parse(src), grad_pipeline("y", wrt), instruments=[collect])
     assert [n for n, _ in collect.states][-2:] == ["inverse-index", "cse"]
-    deriv0 = collect.states[1][1]
+    deriv0 = collect.states[2][1]
     inputs = random_inputs(deriv0, {s: 4 for s in deriv0.sizes()}, seed=5)
     reference = None
-    for name, state in collect.states[1:]:
+    for name, state in collect.states[2:]:
         for prog in (state, run_pipeline(tcc.parse(str(state)), "infer-ranges")):
             values = evaluate(prog, inputs)
             got = {"d" + x: values["d" + x] for x in wrt}

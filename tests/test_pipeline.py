@@ -237,16 +237,16 @@ def test_spec_errors(spec, message):
 
 def test_grad_pipeline_format_string():
     assert DEFAULT_GRAD_PIPELINE.format(of="f", wrt="a,d") == (
-        "infer-ranges,autodiff{of=f wrt=a,d},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
+        "infer-ranges,contract-order,autodiff{of=f wrt=a,d},sum-liberation,index-solve,range-bound,simplify,factor-linear,inverse-index,cse"
     )
 
 
 def test_grad_pipeline_passes():
     ps = grad_pipeline("f", ["a", "d"])
     assert [p.name for p in ps] == [
-        "infer-ranges", "autodiff", "sum-liberation", "index-solve", "range-bound", "simplify", "factor-linear", "inverse-index", "cse",
+        "infer-ranges", "contract-order", "autodiff", "sum-liberation", "index-solve", "range-bound", "simplify", "factor-linear", "inverse-index", "cse",
     ]
-    assert ps[1].of == "f" and ps[1].wrt == ("a", "d")
+    assert ps[2].of == "f" and ps[2].wrt == ("a", "d")
     assert parse_pipeline(format_pipeline(ps)) == ps
 
 
