@@ -35,6 +35,7 @@ from tcc.ir.loops import For, Kernel, LoopProgram, children
 from tcc.ir.index import lookups
 
 from .target import Call, Executable
+from .zero_fill import zero_fills
 
 from .llvm.machines import host_data_layout, host_target_machine, host_triple, initialize_host, new_host_target_machine
 from .llvm.module import LLVMModule, run_default_pipeline
@@ -178,6 +179,14 @@ class CpuExecutable(Executable):
     dtype: str
     engine: Any
     llvm_module: LLVMModule
+    #: kernel -> the result it only sets to zero (tcc.backends.zero_fill): skipped when the runtime
+    #: allocated that result itself, zeroed (:attr:`zeroed_buffers`)
+    zero_fills: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def zeroed_buffers(self) -> frozenset[str]:
+        """Results the runtime allocates with ``np.zeros`` when the caller does not pass them."""
+        return frozenset(self.zero_fills.values())
 
     def arguments(self, call: Call) -> tuple[Any, Any]:
         """The ctypes arrays of buffer pointers and sizes every kernel takes (in the program's order)."""
@@ -192,6 +201,9 @@ class CpuExecutable(Executable):
         names = self.program.sizes
         sizes = tuple(call.sizes[n] for n in names)
         for k in self.kernels:
+            fill = self.zero_fills.get(k.name)
+            if fill is not None and fill not in call.arrays:  # allocated zeroed: nothing to do
+                continue
             if k.extern is not None:
                 call.run_extern(k.extern, call.buffers)
             elif k.parallel and threads > 1 and k.worth_splitting(sizes, names):
@@ -271,4 +283,5 @@ def _executable(llvm_module: LLVMModule, engine: Any) -> CpuExecutable:
             raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")
         entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None,
                                    kernel=kernel))
-    return CpuExecutable(tuple(entries), llvm_module.program, llvm_module.dtype, engine, llvm_module)
+    return CpuExecutable(tuple(entries), llvm_module.program, llvm_module.dtype, engine, llvm_module,
+                         zero_fills(llvm_module.program))

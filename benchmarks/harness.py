@@ -332,7 +332,9 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     """Median seconds of each kernel of a compiled tcc program, run in order as a call runs them.
 
     ``(name, parallel, seconds)`` per kernel.  Parallel kernels are split over
-    the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does.
+    the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does;
+    a zero fill that a call skips (tcc.backends.zero_fill: the result is
+    allocated zeroed) is not listed.
     """
     from tcc.runtime import run_extern, run_parallel
 
@@ -341,7 +343,8 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     ptrs = (ctypes.c_void_p * max(1, len(order)))(*[buffers[b.name].ctypes.data for b in order])
     size_vals = (ctypes.c_int64 * max(1, len(compiled.loops.sizes)))(*[sizes[s] for s in compiled.loops.sizes])
     threads = compiled.threads
-    kernels = compiled.executable.kernels
+    skipped = getattr(compiled.executable, "zero_fills", {})
+    kernels = [k for k in compiled.executable.kernels if k.name not in skipped]
     samples: list[list[float]] = [[] for _ in kernels]
     for r in range(repeat + 1):                         # the first round is a warm-up
         for i, k in enumerate(kernels):

@@ -513,7 +513,11 @@ class CompiledProgram:
         return sizes, buffers
 
     def _new_buffer(self, name: str, shape: tuple[int, ...]) -> Any:
-        """Storage for a result or temporary the caller did not pass (where the executable keeps it)."""
+        """Storage for a result or temporary the caller did not pass (where the executable keeps it);
+        zeroed memory for a result whose only first writer is a zero fill, which then does not run
+        (tcc.backends.zero_fill)."""
+        if name in getattr(self.executable, "zeroed_buffers", ()):
+            return np.zeros(shape, self.dtype)
         return self.executable.new_buffer(shape, self.dtype)
 
     def _overlap(self, a: Any, b: Any) -> bool:
