@@ -50,4 +50,5 @@ def jit(llvm_module: LLVMModule) -> SimExecutable:
     """Compile a ``cuda-sim`` module with MCJIT (see :func:`tcc.backends.cpu.jit`), its bands alongside."""
     host = cpu.jit(llvm_module)
     bands = tuple(grid_band(k) for k in host.program.kernels)
-    return SimExecutable(host.kernels, host.program, host.dtype, host.engine, host.llvm_module, bands)
+    # no zero fills skipped: the simulator runs every kernel as the GPU would
+    return SimExecutable(host.kernels, host.program, host.dtype, host.engine, host.llvm_module, zero_fills={}, bands=bands)
