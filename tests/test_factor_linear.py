@@ -103,3 +103,73 @@ def test_example_hessians_and_gradients_still_check(name):
     wrt = [d.name for d in program.inputs if not d.is_index]
     for result in tcc.check(src, of=of, wrt=wrt):
         assert result.ok, result
+
+
+# ---------------------------------------------------------------------------
+# generated bodies: linear or not in the full-rank read, always the same values
+# ---------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LOW = st.sampled_from(["x[i]", "exp(x[i])", "(1 + x[i])", "2", "sin(x[i])", "x[i]**2"])
+
+
+def _bodies(depth: int) -> st.SearchStrategy[str]:
+    """Expressions over A[k, i] (full rank) and reads on i alone: linear in A often, not always."""
+    leaf = st.one_of(st.just("A[k, i]"), _LOW)
+    if depth == 0:
+        return leaf
+    sub = _bodies(depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(sub, st.sampled_from(["+", "-", "*", "/"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        sub.map(lambda e: f"-{e}"),
+        sub.map(lambda e: f"exp({e} / 4)"),
+    )
+
+
+_SMOOTH = st.sampled_from(["exp(x[i])", "(1 + x[i])", "sin(x[i])", "(x[i] + 2)"])
+
+
+def _linear(depth: int) -> st.SearchStrategy[str]:
+    """Bodies linear in A[k, i] whose coefficient is never a plain product: always factored."""
+    leaf = _SMOOTH.map(lambda c: f"A[k, i] * {c}")
+    if depth == 0:
+        return leaf
+    sub = _linear(depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(sub, st.sampled_from(["+", "-"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        sub.map(lambda e: f"-{e}"),
+        st.tuples(sub, _SMOOTH).map(lambda t: f"({t[0]} / {t[1]})"),
+        st.tuples(_SMOOTH, sub).map(lambda t: f"({t[0]} * {t[1]})"),
+    )
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(body=_linear(3))
+def test_generated_linear_bodies_are_factored_and_keep_their_values(body):
+    src = f"input A[n, m], x[m]\noutput D[n, m]\nD[k, i] = {body}\n"
+    out = _factored(src)
+    note(out)
+    assert "D[k, i] = A[k, i] * D_c[i]" in out
+    _same_values(src, {"n": 3, "m": 4})
+    assert_matches_interpreter(tcc.transform(src, "infer-ranges,factor-linear"), {"n": 3, "m": 5})
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(body=_bodies(3))
+def test_generated_bodies_keep_their_values(body):
+    src = f"input A[n, m], x[m]\noutput D[n, m]\nD[k, i] = {body}\n"
+    out = _factored(src)
+    note(out)
+    if "D_c[" in out:
+        assert "D[k, i] = A[k, i] * D_c[" in out
+    before = tcc.transform(src, "infer-ranges")
+    after = tcc.transform(src, "infer-ranges,factor-linear")
+    arrays = random_inputs(before, {"n": 3, "m": 4}, 5)
+    want, got = evaluate(before, arrays)["D"], evaluate(after, arrays)["D"]
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), finite)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-10, atol=1e-12)
