@@ -131,3 +131,24 @@ def test_gram_extern_round_trips_through_the_loop_dump(tmp_path):
     text = str(compiled.loops)
     assert "extern gram(X, w) -> G" in text
     assert str(parse_loop_program(text)) == text
+
+
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_WEIGHTS = st.lists(st.sampled_from(["y[z]", "exp(v[z])", "y[z]**2", "(1 + v[z])", "2", "y[z] * v[z]"]),
+                    min_size=1, max_size=3)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(weights=_WEIGHTS, negated=st.booleans(), outer=st.sampled_from(["", "2 * ", "-"]),
+       m=st.sampled_from([0, 1, 2, 7, 40]), n=st.sampled_from([1, 3, 5, 33]),
+       dtype=st.sampled_from(["float64", "float32"]), threads=st.sampled_from([1, 2]))
+def test_generated_weighted_products_become_gram_and_match(weights, negated, outer, m, n, dtype, threads):
+    summand = " * ".join(["X[z, a]"] + weights + ["X[z, b]"])
+    src = (f"input X[m, n], y[m], v[m]\noutput G[n, n]\n"
+           f"G[a, b] = {outer}sum[z]({'-' if negated else ''}{summand})\n")
+    note(src)
+    after = str(tcc.transform(src, "infer-ranges,blas{min-work=0}"))
+    assert "gram(X, " in after
+    assert_matches_interpreter(src, {"m": m, "n": n}, dtype, passes=None, threads=threads)
