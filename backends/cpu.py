@@ -183,7 +183,7 @@ class CpuExecutable(Executable):
     #: allocated that result itself, zeroed (:attr:`zeroed_buffers`)
     zero_fills: dict[str, str] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property  # read for every buffer of every call: made once
     def zeroed_buffers(self) -> frozenset[str]:
         """Results the runtime allocates with ``np.zeros`` when the caller does not pass them."""
         return frozenset(self.zero_fills.values())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from .expr import GRAM, Access, Binary, MatrixFn, Sum, fresh_name
 from .index import Affine, format_affine
 
 __all__ = ["GRAM_RANKS", "gram_as_sum", "gram_result"]
@@ -37,13 +38,12 @@ def gram_as_sum(program: "Program") -> "Program":
     into ``gram`` (its symmetric product rule), so nothing is lost by
     differentiating the expansion.  Needs the extents (after ``infer-ranges``).
     """
-    from .expr import GRAM, Access, Binary, MatrixFn, Sum, fresh_name
-
     defs = []
     for d in program.definitions:
-        if isinstance(d.body, MatrixFn) and d.body.fn == GRAM and program.extents_of(d.body.args[0]) is not None:
-            x, w = d.body.args
-            m = program.extents_of(x)[0]  # type: ignore[index]
+        ext = program.extents_of(d.body.args[0]) if isinstance(d.body, MatrixFn) and d.body.fn == GRAM else None
+        if ext is not None:
+            x, w = d.body.args  # type: ignore[union-attr]
+            m = ext[0]
             z = fresh_name("z", set(d.indices) | set(program.sizes()))
             a, b, zv = Affine.var(d.indices[0]), Affine.var(d.indices[1]), Affine.var(z)
             body = Binary("*", Binary("*", Access(x, (zv, a)), Access(w, (zv,))), Access(x, (zv, b)))

@@ -7,14 +7,17 @@ the nodes, their traversal and their text.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Reduce, Select, Sum, Unary, Where, all_names, bound_vars, fresh_name, rebuild
+from .expr import Access, Binary, Const, CSum, Expr, MatrixFn, Reduce, Select, Sum, Unary, Where, all_names, bound_vars, fresh_name, rebuild, transform
 from .index import Affine
 from .trampoline import Step, trampoline
 from .user_functions import Call
 
-__all__ = ["substitute"]
+if TYPE_CHECKING:
+    from .program import Definition
+
+__all__ = ["inline_reads", "substitute"]
 
 
 def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
@@ -23,6 +26,22 @@ def substitute(root: Expr, mapping: Mapping[str, Affine]) -> Expr:
         return root
     incoming: set[str] = {n for a in mapping.values() for n in a.names()}
     return trampoline(_Substitution(incoming).run(root, dict(mapping)))
+
+
+def inline_reads(root: Expr, bodies: Mapping[str, "Definition"]) -> tuple[Expr, set[str]]:
+    """``root`` with every read of a definition in ``bodies`` replaced by that definition's body at
+    the read's indices, and the names of the definitions it inlined (``inline-guards``,
+    ``factor-linear``)."""
+    used: set[str] = set()
+
+    def inline(e: Expr) -> Expr:
+        if isinstance(e, Access) and e.tensor in bodies:
+            h = bodies[e.tensor]
+            used.add(h.name)
+            return substitute(h.body, dict(zip(h.indices, e.indices)))
+        return e
+
+    return transform(root, inline), used
 
 
 class _Substitution:

@@ -48,7 +48,7 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine
 from tcc.ir.program import Definition, Program
-from tcc.ir.substitution import substitute
+from tcc.ir.substitution import inline_reads
 from tcc.passes.pass_base import Level, Pass, PassContext
 from tcc.passes.simplify import fold_all
 
@@ -69,9 +69,7 @@ def _degree(root: Expr, atom: Expr) -> int | None:
             d: int | None = 1
         elif is_zero(e):
             d = _ANY
-        elif all(k == 0 for k in kids) and not isinstance(e, Access):
-            d = 0
-        elif isinstance(e, (Access, Const)):
+        elif all(k == 0 for k in kids):  # reads and constants too: they have no children
             d = 0
         elif None in kids:
             d = None
@@ -79,9 +77,7 @@ def _degree(root: Expr, atom: Expr) -> int | None:
             d = kids[0] if e.op == "neg" else None  # a function of the atom is not linear
         elif isinstance(e, Binary):
             d = _binary_degree(e, kids[0], kids[1])  # type: ignore[arg-type]
-        elif isinstance(e, Where):  # the guard may protect the atom's read: it stays under it
-            d = None
-        else:  # a sum, reduction or selection over the atom
+        else:  # a where (its guard may protect the atom's read: it stays under it), sum, reduction, selection
             d = None
         deg[e] = d
     return deg[root]
@@ -165,15 +161,8 @@ def _inline(program: Program) -> Program:
     defs: list[Definition] = []
     for d in program.definitions:
         if bodies and not isinstance(d.body, MatrixFn):
-
-            def inline(e: Expr) -> Expr:
-                if isinstance(e, Access) and e.tensor in bodies:
-                    h = bodies[e.tensor]
-                    done.add(h.name)
-                    return substitute(h.body, dict(zip(h.indices, e.indices)))
-                return e
-
-            new = transform(d.body, inline)
+            new, used = inline_reads(d.body, bodies)
+            done |= used
             if new is not d.body:
                 logger.info("%s: now %s", d.name, new)
                 d = d.with_body(new)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from tcc.ir.expr import Access, Binary, CSum, Expr, MatrixFn, Sum, Unary, is_guard, postorder, transform
-from tcc.ir.substitution import substitute
+from tcc.ir.expr import Binary, CSum, Expr, MatrixFn, Sum, Unary, is_guard, postorder
+from tcc.ir.substitution import inline_reads
 from tcc.ir.index import Compare, conjuncts
 from tcc.ir.program import Definition, Program
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -74,14 +74,7 @@ def _inline_once(program: Program) -> Program:
     changed = False
     for d in program.definitions:
         if bodies and not isinstance(d.body, MatrixFn):
-
-            def inline(e: Expr) -> Expr:
-                if isinstance(e, Access) and e.tensor in bodies:
-                    h = bodies[e.tensor]
-                    return substitute(h.body, dict(zip(h.indices, e.indices)))
-                return e
-
-            new = transform(d.body, inline)
+            new, _ = inline_reads(d.body, bodies)
             if new is not d.body:
                 changed = True
                 d = d.with_body(new)

@@ -1,14 +1,18 @@
 """``factor-linear``: definitions linear in one full-rank read, and single-use monomials inlined (passes/factor_linear.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import tcc
 from compare import assert_matches_interpreter, random_inputs
 from tcc.interpreter import evaluate
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _factored(src: str) -> str:
@@ -109,8 +113,6 @@ def test_example_hessians_and_gradients_still_check(name):
 # generated bodies: linear or not in the full-rank read, always the same values
 # ---------------------------------------------------------------------------
 
-from hypothesis import HealthCheck, given, note, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _LOW = st.sampled_from(["x[i]", "exp(x[i])", "(1 + x[i])", "2", "sin(x[i])", "x[i]**2"])
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import tcc
 from compare import assert_matches_interpreter, assert_results_close
@@ -133,8 +135,6 @@ def test_gram_extern_round_trips_through_the_loop_dump(tmp_path):
     assert str(parse_loop_program(text)) == text
 
 
-from hypothesis import HealthCheck, given, note, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _WEIGHTS = st.lists(st.sampled_from(["y[z]", "exp(v[z])", "y[z]**2", "(1 + v[z])", "2", "y[z] * v[z]"]),
                     min_size=1, max_size=3)

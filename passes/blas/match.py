@@ -144,6 +144,10 @@ class Rewriter:
         self.taken.add(name)
         return name
 
+    def extents(self, name: str) -> tuple[Affine, ...]:
+        """A tensor's extents: the program's, or those of a side outlined here (``()``: unknown)."""
+        return tuple(self.program.extents_of(name) or self.made.get(name) or ())
+
     def canonical(self, k: int) -> Affine:
         """The ``k``-th index name outlined sides are compared under (see :meth:`outline`)."""
         while len(self.canon) <= k:
@@ -160,8 +164,8 @@ class Rewriter:
         if negated or len(factors) != 1 or not isinstance(factors[0], Access):
             return None
         acc = factors[0]
-        ext = self.program.extents_of(acc.tensor) or self.made.get(acc.tensor)
-        if ext is None or first == second:
+        ext = self.extents(acc.tensor)
+        if not ext or first == second:
             return None
         pair = (Affine.var(first), Affine.var(second))
         leads = [(tuple(Affine.var(x) for x in batch), bext)] + ([((), ())] if batch else [])
@@ -430,12 +434,12 @@ class Rewriter:
         zv, av, bv = Affine.var(z), Affine.var(a), Affine.var(b)
         if tensor is None or {f.indices for f in pair} != {(zv, av), (zv, bv)}:  # type: ignore[union-attr]
             return None
-        if tuple(self.program.extents_of(tensor) or self.made.get(tensor) or ()) != (q, d.extents[0]):
+        if self.extents(tensor) != (q, d.extents[0]):
             return None
         out: list[Definition] = []
         w = weights[0] if len(weights) == 1 and not negated else None
         if not (isinstance(w, Access) and w.indices == (zv,)
-                and tuple(self.program.extents_of(w.tensor) or self.made.get(w.tensor) or ()) == (q,)):
+                and self.extents(w.tensor) == (q,)):
             name = self.fresh(f"{d.name}_w")
             self.made[name] = (q,)
             out.append(Definition(name, (z,), _product(weights, negated), (q,), d.loc))
