@@ -164,6 +164,7 @@ def compile(
     instruments: Sequence[Any] = (),
     arch: str = "",
     ptx: int = 0,
+    results: str | Sequence[str] | None = None,
 ) -> Any:
     """Compile a program to native code; returns a callable :class:`tcc.runtime.CompiledProgram`.
 
@@ -177,12 +178,17 @@ def compile(
     too), with ``arch`` (``sm_XY``, default the GPU's) and ``ptx`` (PTX ISA
     version times ten, default the arch's minimum); ``target="cuda-sim"``
     runs the same grid kernels on the CPU, for testing without a GPU.
+    ``results`` (names, or one comma-separated string) limits what a call
+    returns to those definitions; the others are intermediates that the
+    compiler may recompute where they are read or drop
+    (``rematerialize``), and their memory is kept for the next call
+    (docs/runtime.md#results).
     """
     from tcc.build import build
 
     return build(
         _program(program_or_text, "compile"), target=target, dtype=dtype, passes=passes, threads=threads,
-        instruments=instruments, arch=arch, ptx=ptx,
+        instruments=instruments, arch=arch, ptx=ptx, results=results,
     )
 
 

@@ -139,12 +139,22 @@ def build(
     instruments: Sequence[Any] = (),
     arch: str = "",
     ptx: int = 0,
+    results: Sequence[str] | None = None,
 ) -> Any:
-    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` running the target's executable."""
+    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` running the target's executable.
+
+    ``results`` (default: every definition) names the definitions a call
+    returns: they become the program's outputs, and the default pipeline
+    gains ``rematerialize``, which may recompute or drop the others.
+    """
     from tcc.runtime import CompiledProgram  # imports the backends, and so llvmlite
 
     tgt = get_target(target)
     dtype = normalize_dtype(dtype)
+    if results is not None:
+        program = results_program(program, results)
+        if passes is None:
+            passes = with_rematerialize(tgt.default_pipeline)
     tgt.prepare(program)  # fail before compiling anything when it could not run
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
     key = (str(program), format_pipeline(pipeline), dtype, target)
@@ -159,11 +169,41 @@ def build(
     # passes of the compile pipeline add (blas's outlined factors) are intermediates,
     # like the temporaries of the L2 passes
     given = {d.name for d in getattr(program, "definitions", ())}
-    if given:
+    if results is not None:
+        compiled.results = tuple(program.outputs)
+    elif given:
         compiled.results = tuple(n for n in compiled.results if n in given)
     if isinstance(program, Program) and not instruments:
-        compiled._reorder = _call_time_order(program, pipeline, target, dtype, threads, arch, ptx)
+        compiled._reorder = _call_time_order(program, pipeline, target, dtype, threads, arch, ptx, results)
     return compiled
+
+
+def results_program(program: Any, results: Sequence[str]) -> Program:
+    """``program`` whose outputs are exactly ``results``: the definitions a call of its compiled form returns."""
+    if not isinstance(program, Program):
+        raise TccError(f"results= needs a program in the tensor language (L1), got {type(program).__name__}")
+    names = tuple(n.strip() for n in results.split(",")) if isinstance(results, str) else tuple(results)
+    if not names:
+        raise TccError("results= names no definition: a call would return nothing")
+    defined = [d.name for d in program.definitions]
+    for n in names:
+        if not isinstance(n, str) or n not in defined:
+            hint = f"inputs are not results; definitions: {', '.join(defined)}" if program.input(str(n)) else \
+                f"definitions: {', '.join(defined)}"
+            raise TccError(f"results=: {n!r} is not a definition of the program ({hint})")
+    if len(set(names)) != len(names):
+        raise TccError(f"results=: {', '.join(names)} names a definition twice")
+    return dataclasses.replace(program, outputs=names)
+
+
+def with_rematerialize(pipeline: str) -> str:
+    """``pipeline`` with ``rematerialize`` after ``contract-order`` (or ``infer-ranges``, or first)."""
+    passes = pipeline.split(",")
+    for after in ("contract-order", "infer-ranges"):
+        if after in passes:
+            passes.insert(passes.index(after) + 1, "rematerialize")
+            return ",".join(passes)
+    return ",".join(["rematerialize", *passes])
 
 
 def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instruments: Sequence[Any]) -> tuple:
@@ -212,14 +252,15 @@ def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instrumen
 
 
 def _call_time_order(program: Program, pipeline: list[Pass], target: str, dtype: str, threads: int | None,
-                     arch: str, ptx: int) -> Any:
+                     arch: str, ptx: int, results: Sequence[str] | None) -> Any:
     """Call-time re-decision of contraction orders (:mod:`tcc.reorder`), or None where sizes cannot change them."""
     from tcc.reorder import call_time_order
 
     l1_l2 = [p for p in pipeline if p.output_level in (Level.INDEX, Level.LOOPS)]
     return call_time_order(
         program, l1_l2,
-        lambda passes: build(program, target=target, dtype=dtype, passes=passes, threads=threads, arch=arch, ptx=ptx),
+        lambda passes: build(program, target=target, dtype=dtype, passes=passes, threads=threads, arch=arch, ptx=ptx,
+                             results=results),
     )
 
 

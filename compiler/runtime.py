@@ -55,6 +55,7 @@ from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_outp
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import IndexCache
+from tcc.scratch_pool import ScratchPool, reuse
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
 __all__ = [
@@ -386,6 +387,7 @@ class CompiledProgram:
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
         self._index_cache = IndexCache()  # validated and derived index arrays, reused while the inputs are equal
+        self._pool = ScratchPool()  # the intermediates' arrays, from one call to the next
         self._reorder: Any = None  # tcc.reorder.CallTimeOrder: other contraction orders, by the call's sizes
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
@@ -469,8 +471,15 @@ class CompiledProgram:
             raise CallError(f"output '{name}' is read-only")
         return value
 
-    def bind(self, arrays: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, np.ndarray]]:
-        """Check a call's arguments; return the sizes and every buffer's array."""
+    def bind(
+        self, arrays: Mapping[str, Any], kept: dict[str, np.ndarray] | None = None
+    ) -> tuple[dict[str, int], dict[str, np.ndarray]]:
+        """Check a call's arguments; return the sizes and every buffer's array.
+
+        ``kept``: arrays of an earlier call for the buffers a call does not
+        return (:mod:`tcc.scratch_pool`); used where their shapes fit, and
+        updated with what is allocated instead.
+        """
         known = set(self.inputs) | set(self.results)
         for name in arrays:
             if name not in known:
@@ -492,6 +501,7 @@ class CompiledProgram:
         except TccError as exc:  # a violated `assume` keeps its line: the CLI shows it
             raise CallError(exc.message, exc.loc, exc.source) from None
         buffers.update(self._index_cache.check(self.program, buffers, sizes))
+        scratch = self._scratch if kept is not None else frozenset()
         for b in self.loops.buffers:
             if b.role == "input":
                 continue
@@ -503,6 +513,8 @@ class CompiledProgram:
                 )
             if b.name in arrays:
                 buffers[b.name] = self._check_output(b.name, arrays[b.name], shape)
+            elif b.name in scratch:
+                buffers[b.name] = reuse(kept, b.name, shape, self.dtype, lambda: self._new_buffer(b.name, shape))
             else:
                 buffers[b.name] = self._new_buffer(b.name, shape)
         given = [n for n in self.results if n in arrays]
@@ -545,13 +557,29 @@ class CompiledProgram:
                 variant.threads = self._threads
                 return variant(**arrays)
         with self.executable.active():
-            sizes, buffers = self.bind(arrays)
+            kept = self._pool.take()
+            sizes, buffers = self.bind(arrays, kept)
             extern = functools.partial(run_extern, threads=self._threads)  # BLAS within the call's threads
             call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, extern, run_parallel)
             if self._threads > 1 and self._parallel:
                 with call_scope():  # the parallel kernels share one Ctrl-C deferral
-                    return self.executable.run(call)
-            return self.executable.run(call)
+                    out = self.executable.run(call)
+            else:
+                out = self.executable.run(call)
+            self._pool.give(kept)  # not after an error: a cancelled call's threads may still write them
+            return out
+
+    @property
+    def _scratch(self) -> frozenset[str]:
+        """The buffers a call neither takes nor returns, whose memory the next call may reuse: not the
+        zero-filled ones, which must start at zero (tcc.backends.zero_fill)."""
+        zeroed = getattr(self.executable, "zeroed_buffers", ())
+        return frozenset(b.name for b in self.loops.buffers
+                         if b.role != "input" and b.name not in self.results and b.name not in zeroed)
+
+    def release_scratch(self) -> None:
+        """Free the intermediates' memory kept for the next call (it is allocated again when needed)."""
+        self._pool.clear()
 
 
 def _host_index_array(name: str, value: Any) -> np.ndarray:

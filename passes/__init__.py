@@ -35,6 +35,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "cse": "tcc.passes.cse:CSE",
     "inline-guards": "tcc.passes.inline_guards:InlineGuards",
     "factor-linear": "tcc.passes.factor_linear:FactorLinear",
+    "rematerialize": "tcc.passes.rematerialize:Rematerialize",
     "blas": "tcc.passes.blas:Blas",
     "contract-order": "tcc.passes.contract_order:ContractOrder",
     "lower-llvm": "tcc.backends.lower_llvm:LowerLLVM",
