@@ -470,11 +470,11 @@ class Ctx(P.RunContext):
     def fetch(self, results: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return on_host(results)
 
-    def tcc_compile(self, name: str, program: Any, dtype: str = "float64") -> Any:
+    def tcc_compile(self, name: str, program: Any, dtype: str = "float64", **kw: Any) -> Any:
         import tcc
 
         t0 = time.perf_counter()
-        compiled = tcc.compile(program, target=self.device.target, dtype=dtype)
+        compiled = tcc.compile(program, target=self.device.target, dtype=dtype, **kw)
         self.compile_times.append((name, time.perf_counter() - t0))
         return compiled
 

@@ -241,11 +241,14 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
     wrap = ctx.wrap
     ctx.log(f"[{gc.case}] shapes " + ", ".join(f"{k}{list(v.shape)}" for k, v in arrays.items()))
 
+    # every tcc program returns what the peers return (results=): the value, the gradients; its other
+    # definitions are intermediates that rematerialize may recompute or drop (docs/runtime.md#results)
     program = tcc.parse(gc.src, f"<{gc.case}>")
-    fwd = ctx.tcc_compile(f"{gc.case}: forward", program)
+    fwd = ctx.tcc_compile(f"{gc.case}: forward", program, results=[gc.of])
     grad_program = tcc.grad(program, of=gc.of, wrt=names)
-    grad = ctx.tcc_compile(f"{gc.case}: gradients", grad_program)
-    recomputes = gc.of in grad.results                # the gradient program computes the forward value itself
+    grad = ctx.tcc_compile(f"{gc.case}: gradients", grad_program, results=dnames)
+    # the gradient program computes the forward value itself
+    recomputes = gc.of in {d.name for d in grad_program.definitions}
 
     dev = {k: ctx.put(v) for k, v in arrays.items()}
     dseed = ctx.put(gc.seed)
@@ -300,7 +303,8 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
     # -- forward + backward ---------------------------------------------
     # one program for the value and the gradients (tcc.grad(value=True), as jax.value_and_grad),
     # which is what a training step runs: it shares the value's intermediates with the gradients
-    value_grad = ctx.tcc_compile(f"{gc.case}: value and gradients", tcc.grad(program, of=gc.of, wrt=names, value=True))
+    value_grad = ctx.tcc_compile(f"{gc.case}: value and gradients", tcc.grad(program, of=gc.of, wrt=names, value=True),
+                                 results=[gc.of, *dnames])
 
     def tcc_fb() -> Mapping[str, Any]:
         return wrap(value_grad(**dev, **{seed_name: dseed}))
@@ -373,7 +377,7 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
     # -- backward only --------------------------------------------------
     if recomputes:
         bwd_text = residual_program(str(grad_program), [gc.of])
-        bwd = ctx.tcc_compile(f"{gc.case}: backward only", bwd_text)
+        bwd = ctx.tcc_compile(f"{gc.case}: backward only", bwd_text, results=dnames)
         given = {**dev, seed_name: dseed, gc.of: ctx.put(ref_f[gc.of])}
         tcc_b = lambda: wrap(bwd(**given))  # noqa: E731
         note = f"tcc: the gradient program with {gc.of} as an input"

@@ -63,10 +63,12 @@ class FrameworkFunction:
 
     # -- what a framework module provides ------------------------------------
     def _compile(self, dtype: str) -> Any:
-        """The compiled program for ``dtype`` (the framework module picks target and threads)."""
+        """The compiled program for ``dtype`` (the framework module picks target and threads). It returns
+        only the declared results: the other definitions are intermediates that ``rematerialize`` may
+        recompute or drop, and whose memory is kept between calls."""
         import tcc
 
-        return tcc.compile(self.program, "cpu", dtype=dtype)
+        return tcc.compile(self.program, "cpu", dtype=dtype, results=self.results)
 
     def _wrap(self, program: Any) -> "FrameworkFunction":
         """A derivative program wrapped like this one, so that it is differentiable in turn."""

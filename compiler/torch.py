@@ -74,7 +74,7 @@ class TorchFunction(FrameworkFunction):
     def _compile(self, dtype: str) -> Any:
         import tcc
 
-        return tcc.compile(self.program, self.target, dtype=dtype, threads=self.threads)
+        return tcc.compile(self.program, self.target, dtype=dtype, threads=self.threads, results=self.results)
 
     def _wrap(self, program: Any) -> "TorchFunction":
         return TorchFunction(program, self.dtype, self.target, self.threads)
