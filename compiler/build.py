@@ -153,6 +153,7 @@ def build(
     dtype = normalize_dtype(dtype)
     if results is not None:
         program = results_program(program, results)
+        results = program.outputs  # once: an iterator given as results is read here, not again by variants
         if passes is None:
             passes = with_rematerialize(tgt.default_pipeline)
     tgt.prepare(program)  # fail before compiling anything when it could not run

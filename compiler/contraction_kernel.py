@@ -18,7 +18,9 @@ any stride.  Otherwise the operand is copied once into the needed layout
 memory traffic of the operand's size, which the ``blas`` pass's cost model weighed against the
 loop nest before it made the call), and a result that cannot be viewed is
 computed into a temporary and copied into ``C``.  The contracted group's order
-is the one that needs the fewest copies.  Strided views that BLAS cannot take
+is the one that needs the fewest copies, and where copies remain, a contracted
+index that both operands can take as a batch axis may be split off instead
+(:func:`plan_split`: a stack of products, summed).  Strided views that BLAS cannot take
 (neither of the last two axes of unit stride) are copied too: NumPy would
 otherwise fall back to its slow non-BLAS loop.
 """
@@ -26,13 +28,13 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from tcc.ir.contraction import Spec, groups
 
-__all__ = ["run_contract", "plan_copies"]
+__all__ = ["run_contract", "plan_copies", "plan_split"]
 
 #: scratch space of at most this many bytes per slot is kept between calls
 SCRATCH_BYTES = 1 << 26
@@ -128,7 +130,10 @@ def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> N
     if math.prod(ext[x] for x in g.contracted) == 0:  # an empty sum
         out[...] = 0
         return
-    k, _ = plan_copies(spec, a, b)
+    k, split = _plan(spec, a, b)
+    if split is not None:
+        _run_split(spec, a, b, out, g, ext, split)
+        return
     lhs = _stack(a, spec[0], g.batch, g.left, k, ext, 0)
     rhs = _stack(b, spec[1], g.batch, k, g.right, ext, 1)
     assert lhs is not None and rhs is not None
@@ -144,3 +149,78 @@ def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> N
     tmp = _scratch_array(2, (lhs.shape[0], lhs.shape[1], rhs.shape[2]), out.dtype)
     np.matmul(lhs, rhs, out=tmp)
     view[...] = tmp.reshape(view.shape)
+
+
+#: a split's matrix products must each have at least this many multiply-adds: below, a stack of tiny
+#: products runs at a fraction of one large product's rate and the copy is the cheaper way
+SPLIT_MIN_WORK = 1 << 14
+
+
+def plan_split(spec: Spec, a: np.ndarray, b: np.ndarray, k: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+    """A contracted index ``x`` that both operands can take as a *batch* index without a copy, and the
+    order of the other contracted indices, when that is cheaper than the copies ``k`` needs.
+
+    The products of the stack over ``x`` are summed afterwards, so the split writes and reads
+    ``|x| * |batch| * |left| * |right|`` partial results where the copies move each copied operand
+    once, at the cost of a transposition (strided reads: counted twice).  The contract3 gradient's
+    ``dB[a, b] = sum[z1, z0](dT[z1, b, z0] * T_ctr[z1, a, z0])`` at 48 is the case: ``z1`` leads both
+    operands, and splitting on it saved a third of the kernel's time against copying ``dT``.
+    """
+    g, ext = groups(spec), _extents(spec, a, b)
+    sizes = {v: math.prod(ext[x] for x in grp) for v, grp in (("h", g.batch), ("l", g.left), ("r", g.right))}
+    copied = sum(math.prod(x.shape) for x, ix, r, c in ((a, spec[0], g.left, k), (b, spec[1], k, g.right))
+                 if _stack(x, ix, g.batch, r, c, ext, copy=None) is None)
+    best: tuple[int, tuple[str, tuple[str, ...]]] | None = None
+    for x in g.contracted:
+        rest = tuple(v for v in g.contracted if v != x)
+        work = sizes["l"] * sizes["r"] * math.prod(ext[v] for v in rest)
+        extra = ext[x] * sizes["h"] * sizes["l"] * sizes["r"]
+        if work < SPLIT_MIN_WORK or extra > 2 * copied:
+            continue
+        for order in (rest, tuple(v for v in spec[1] if v in rest)):
+            batch = g.batch + (x,)
+            if (_stack(a, spec[0], batch, g.left, order, ext, copy=None) is not None
+                    and _stack(b, spec[1], batch, order, g.right, ext, copy=None) is not None
+                    and (best is None or extra < best[0])):
+                best = (extra, (x, order))
+    return None if best is None else best[1]
+
+
+#: plans by spec and operand layout (shapes and strides decide every view); bounded, cleared when full
+_PLANS: dict[tuple, tuple[tuple[str, ...], tuple[str, tuple[str, ...]] | None]] = {}
+_PLANS_MAX = 512
+
+
+def _plan(spec: Spec, a: np.ndarray, b: np.ndarray) -> tuple[tuple[str, ...], tuple[str, tuple[str, ...]] | None]:
+    """The contracted order and, where cheaper than its copies, a split: planned once per layout, as the
+    planning tries every view (about 80 us of Python per call at contract3's sizes, a fifth of its kernels)."""
+    key = (spec, a.shape, a.strides, b.shape, b.strides)
+    plan = _PLANS.get(key)
+    if plan is None:
+        k, copies = plan_copies(spec, a, b)
+        plan = (k, plan_split(spec, a, b, k) if copies else None)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _run_split(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray, g: Any, ext: dict[str, int],
+               plan: tuple[str, tuple[str, ...]]) -> None:
+    """``out`` as the sum over a contracted index of a stack of products of views (:func:`plan_split`)."""
+    x, order = plan
+    batch = g.batch + (x,)
+    lhs = _stack(a, spec[0], batch, g.left, order, ext, copy=None)
+    rhs = _stack(b, spec[1], batch, order, g.right, ext, copy=None)
+    assert lhs is not None and rhs is not None
+    h = math.prod(ext[v] for v in g.batch)
+    parts = _scratch_array(3, (lhs.shape[0], lhs.shape[1], rhs.shape[2]), out.dtype)
+    np.matmul(lhs, rhs, out=parts)
+    summed = parts.reshape(h, ext[x], lhs.shape[1], rhs.shape[2])
+    res = _stack(out, spec[2], g.batch, g.left, g.right, ext, copy=None)
+    if res is not None and res.flags.writeable:
+        np.sum(summed, axis=1, out=res)
+        return
+    pos = {v: n for n, v in enumerate(spec[2])}
+    view = out.transpose([pos[v] for v in g.batch + g.left + g.right])
+    view[...] = summed.sum(axis=1).reshape(view.shape)

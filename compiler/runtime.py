@@ -578,8 +578,11 @@ class CompiledProgram:
                          if b.role != "input" and b.name not in self.results and b.name not in zeroed)
 
     def release_scratch(self) -> None:
-        """Free the intermediates' memory kept for the next call (it is allocated again when needed)."""
+        """Free the intermediates' memory kept for the next call (it is allocated again when needed), the
+        call-time contraction-order variants' included."""
         self._pool.clear()
+        for variant in getattr(self._reorder, "variants", {}).values():
+            variant.release_scratch()
 
 
 def _host_index_array(name: str, value: Any) -> np.ndarray:

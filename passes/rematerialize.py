@@ -44,7 +44,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from tcc.ir.expr import RANGED, Access, Binary, Const, CSum, Expr, MatrixFn, Unary, postorder
+from tcc.ir.expr import (
+    RANGED, Access, Binary, Const, CSum, Expr, MatrixFn, Unary, bound_vars, free_names, postorder,
+)
 from tcc.ir.program import Definition, Program
 from tcc.ir.substitution import inline_reads
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -127,9 +129,12 @@ def _recompute(d: Definition, readers: list[Definition]) -> bool:
     ops = _ops(d.body)
     if ops is None or ops > MAX_OPS:
         return False
+    outside = set(free_names(d.body)) - set(d.indices)  # sizes (and values of them) the body reads
     sites = 0
     for r in readers:
         if isinstance(r.body, MatrixFn):
+            return False
+        if outside & _bound_names(r.body):  # a sum of the reader named like a size would capture it
             return False
         count, injective = _reads(r.body, d.name, r.indices)
         if not injective:
@@ -137,6 +142,11 @@ def _recompute(d: Definition, readers: list[Definition]) -> bool:
         sites += count
     full = _full_reads(d)
     return sites * ops <= MAX_RECOMPUTED and sites * (full - 1) <= full + 2
+
+
+def _bound_names(body: Expr) -> set[str]:
+    """The index names the sums and reductions of ``body`` bind."""
+    return {v for n in postorder(body) for v in bound_vars(n)}
 
 
 def _readers(defs: list[Definition], name: str) -> list[Definition]:

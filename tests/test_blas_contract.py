@@ -276,3 +276,37 @@ def test_derivatives_of_a_written_contract_are_its_sums_and_match_finite_differe
         assert all(r.ok for r in results), results
     jvp = tcc.grad(src, "f", "A", mode="forward")
     assert "contract" not in str(jvp)
+
+
+# -- a contracted index as a batch index (compiler/contraction_kernel.py plan_split) ----------
+SPLIT_SPEC = (("z1", "b", "z0"), ("z1", "a", "z0"), ("a", "b"))  # contract3's dB: z1 leads both operands
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 31, 48])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_contracted_index_leading_both_operands_is_split_off_instead_of_copying(n, dtype):
+    from tcc.contraction_kernel import plan_copies, plan_split
+
+    rng = np.random.default_rng(n)
+    dT = rng.standard_normal((n, n + 1, n)).astype(dtype)
+    T = rng.standard_normal((n, n + 2, n)).astype(dtype)
+    k, copies = plan_copies(SPLIT_SPEC, dT, T)
+    split = plan_split(SPLIT_SPEC, dT, T, k)
+    assert copies == (2 if n >= 2 else 0)  # both operands would be copied (extents 0 and 1 are views)
+    assert (split == ("z1", ("z0",))) == (n >= 31)  # below, the products are too small
+    out = np.full((n + 2, n + 1), np.nan, dtype)
+    run_contract(SPLIT_SPEC, dT, T, out)
+    want = einsum_contract(SPLIT_SPEC, dT.astype(np.float64), T.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-12 if dtype == "float64" else 1e-4, atol=1e-10 if dtype == "float64" else 1e-3)
+    transposed = np.full((n + 1, n + 2), np.nan, dtype)  # a result stored the other way round
+    run_contract(((("z1", "b", "z0"), ("z1", "a", "z0"), ("b", "a"))), dT, T, transposed)
+    np.testing.assert_allclose(transposed, want.T, rtol=1e-12 if dtype == "float64" else 1e-4, atol=1e-10 if dtype == "float64" else 1e-3)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_contract3_gradients_with_the_split_match_the_interpreter(threads):
+    src = "input A[n, n, n], B[n, n], C[n, n]\noutput T[n, n, n]\nT[i, j, l] = sum[p, q](A[i, p, q] * B[p, j] * C[q, l])\n"
+    grad = tcc.grad(src, of="T", wrt=["A", "B", "C"], value=True)
+    assert "contract(dT[" in str(tcc.compile(grad).program)
+    for n in (0, 1, 5, 40):
+        assert_matches_interpreter(grad, {"n": n}, threads=threads)

@@ -260,3 +260,30 @@ def test_generated_programs_keep_their_values(case, n, dtype, threads):
     note(src)
     note(_remat(src))
     _check(src, results, {"n": n}, dtype, threads)
+
+
+# -- found in review ---------------------------------------------------------
+@pytest.mark.parametrize("src, sizes", [
+    ("input x[m], y[k]\nlocal T[m]\noutput R\nT[i] = x[i] * k\nR = sum[k](T[k])\n", {"m": 5, "k": 3}),
+    ("input x[n], y[k]\nlocal T[n - k]\noutput R\nT[i] = x[i + k] * 2\nR = sum[k](T[k])\n", {"n": 40, "k": 1}),
+])
+def test_a_sum_named_like_a_size_of_the_body_keeps_the_local_stored(src, sizes):
+    """Recomputed under the reader's ``sum[k]``, the body's size ``k`` would become the loop variable."""
+    assert "T[i] = " in _remat(src)
+    _check(src, ["R"], sizes)
+
+
+def test_results_may_be_any_iterable_and_variants_use_them_too():
+    src = ("input A[n, P, Q], B[P, m], C[Q, r], s[n]\nlocal T[n, m, r]\noutput U[n, m, r]\n"
+           "T[i, j, l] = sum[p, q](A[i, p, q] * B[p, j] * C[q, l])\nU[i, j, l] = T[i, j, l] * s[i] + 1\n")
+    f = tcc.compile(src, results=(n for n in ["U"]))
+    inferred = tcc.transform(src, "infer-ranges")
+    for n, P, Q, m, r in [(8, 4, 200, 100, 4), (8, 200, 4, 4, 100)]:
+        inputs = random_inputs(inferred, {"n": n, "P": P, "Q": Q, "m": m, "r": r})
+        got = f(**inputs)
+        assert list(got) == ["U"]
+        np.testing.assert_allclose(got["U"], evaluate(inferred, inputs)["U"], rtol=1e-12)
+    variants = list(f._reorder.variants.values())
+    assert variants and all(v.results == ("U",) for v in variants)  # the second call ran another order
+    f.release_scratch()
+    assert all(len(v._pool) == 0 for v in [f, *variants])
