@@ -52,9 +52,10 @@ What ``fuse-rows`` adds is *which* pairs, and *when*:
   longer has the one-band shape ``unroll-jam`` strip-mines, and every kernel
   left unfused (no chain, or an illegal one) is strip-mined as before.
 
-Locals of the chain (``mu``, ``xc``, ``r``) keep their whole buffers: the
-runtime returns every local (``tcc run`` prints them), so they cannot shrink
-to one row.  ``temp`` buffers the chain only reads at the row it stored are
+Locals of the chain (``mu``, ``xc``, ``r``) keep their whole buffers: by
+default the runtime returns every local (``tcc run`` prints them), so they
+cannot shrink to one row.  With ``tcc.compile(..., results=...)`` the cheap
+ones never get here: ``rematerialize`` recomputes them where they are read.  ``temp`` buffers the chain only reads at the row it stored are
 forwarded and then dropped by ``reuse-buffers``.
 
 Not in the GPU pipeline: there a kernel gets one thread per element of its
