@@ -21,11 +21,12 @@ from typing import Sequence
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.constrained_sums import UnboundedSum, csum_to_sums
-from tcc.ir.expr import RANGED, CSum, Expr, MatrixFn, Reduce, Sum, postorder, rebuild
+from tcc.ir.expr import RANGED, CSum, Expr, MatrixFn, Reduce, Sum, fresh_name, postorder, rebuild, transform
 from tcc.ir.index import Affine, Compare, Cond, FloorDiv, format_affine
 from tcc.ir.bounds import prove_in_bounds, uses
 from tcc.ir.polyhedra import Facts, expression_range, program_facts
 from tcc.ir.program import Definition, Program
+from tcc.ir.substitution import substitute
 from tcc.ir.verifier import matrix_extents, verify
 from tcc.passes.pass_base import Level, Pass, PassContext
 
@@ -41,6 +42,7 @@ class InferRanges(Pass):
 
     def run(self, program: Program, ctx: PassContext) -> Program:
         verify(program, bounds=False)
+        program = _unshadow(program)
         sizes = program.sizes()
         defs: list[Definition] = []
         current = program
@@ -57,6 +59,36 @@ class InferRanges(Pass):
 
 
 # ---------------------------------------------------------------------------
+
+
+def _unshadow(program: Program) -> Program:
+    """``program`` with every sum or reduction variable named like a size renamed (``sum[p](A[i, p])``
+    with ``input A[n, p]`` becomes ``sum[p2](A[i, p2])``).
+
+    Inside such a sum the name means the variable, in its bounds the size.  The interpreter keeps the
+    two apart, but a pass that moves a body out of its sum (``blas`` outlining a contraction, which
+    gave wrong values) or reads sizes off free names does not; one rename here, where every pipeline
+    starts, keeps the distinction out of every later pass.
+    """
+    sizes = set(program.sizes())
+    if not sizes or not any(isinstance(n, RANGED) and n.var in sizes
+                            for d in program.definitions if not isinstance(d.body, MatrixFn)
+                            for n in postorder(d.body)):
+        return program
+    taken = program.names_in_use()
+
+    def rename(node: Expr) -> Expr:
+        if not (isinstance(node, RANGED) and node.var in sizes):
+            return node
+        new = fresh_name(node.var, taken)
+        taken.add(new)
+        body = substitute(node.body, {node.var: Affine.var(new)})
+        if isinstance(node, Sum):
+            return Sum(new, node.lo, node.hi, body)
+        return Reduce(node.op, new, node.lo, node.hi, body)
+
+    return program.with_definitions(
+        d if isinstance(d.body, MatrixFn) else d.with_body(transform(d.body, rename)) for d in program.definitions)
 
 
 def _infer_definition(program: Program, d: Definition, sizes: Sequence[str]) -> Definition:

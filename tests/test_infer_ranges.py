@@ -10,6 +10,7 @@ import pytest
 
 import tcc
 from tcc.ir.diagnostics import TccError
+from tcc.ir.expr import RANGED, postorder
 
 
 def inferred(src: str) -> str:
@@ -139,3 +140,21 @@ def test_constrained_sum_index_that_nothing_bounds():
         "cannot infer the range of sum index 'i': neither the constraints of the sum nor an access"
         " bound it; add bounds such as 0 <= i to the constraints"
     )
+
+
+@pytest.mark.parametrize("src", [
+    "input A[n, p, q], B[p, m], C[q, r]\noutput T[n, m, r]\nT[i, j, l] = sum[p, q](A[i, p, q] * B[p, j] * C[q, l])\n",
+    "input A[n, p], x[p]\ny[i] = sum[p](A[i, p] * x[p]) + max[p](A[i, p])\n",
+    "input x[n]\ny[i] = sum[n: 0..i](x[n] * n) + n\n",
+])
+def test_sums_named_like_sizes_are_renamed_and_compile_to_the_interpreters_values(src):
+    """Inside ``sum[p]`` the name is the variable, in its bounds and outside it the size; blas moved such
+    a body out of its sum and compiled wrong values before infer-ranges renamed the variable."""
+    from compare import assert_matches_interpreter
+
+    program = tcc.transform(src, "infer-ranges")
+    sizes = set(program.sizes())
+    bound = {n.var for d in program.definitions for n in postorder(d.body) if isinstance(n, RANGED)}
+    assert bound and not bound & sizes
+    assert_matches_interpreter(src, {s: 3 + k for k, s in enumerate(sorted(sizes))})
+    assert str(tcc.transform(str(program), "infer-ranges")) == str(program)  # idempotent
