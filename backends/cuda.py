@@ -72,14 +72,16 @@ _INSTALL = (
 )
 
 
-def launch_shape(band: tuple[For, ...], sizes: Mapping[str, int], block: int, max_blocks: int) -> tuple[int, int]:
+def launch_shape(band: tuple[For, ...], sizes: Mapping[str, int], block: int, max_blocks: int,
+                 buffers: Mapping[str, Any] | None = None) -> tuple[int, int]:
     """``(blocks, threads per block)`` for one kernel; ``(0, 0)`` when its band is empty.
 
-    A kernel without a band runs on one thread (its body guards on thread 0).
+    A kernel without a band runs on one thread (its body guards on thread 0).  ``buffers``: the
+    call's arrays, read where a band's bounds read an index input.
     """
     if not band:
         return 1, 1
-    total = math.prod(band_extents(band, sizes))
+    total = math.prod(band_extents(band, sizes, buffers))
     if total <= 0:
         return 0, 0
     threads = min(block, -(-total // WARP) * WARP) if block >= WARP else block
@@ -355,6 +357,7 @@ class CudaExecutable(Executable):
         """Stage NumPy arrays and allocate results on the device, launch every kernel, copy results back."""
         drv = _STATE["driver"]
         buffers = call.buffers
+        on_host = dict(buffers)  # index inputs are NumPy here (validated on the host); launches may read them
         keep, pointers, first_device = self._device_buffers(call)
         args = [pointers[b.name] for b in self.program.buffers] + [call.sizes[s] for s in self.program.sizes]
         # The legacy default stream waits for blocking streams, not for a producer's non-blocking
@@ -362,7 +365,7 @@ class CudaExecutable(Executable):
         if any(isinstance(v, DeviceArray) and v.stream not in (None, 1, 2) for v in buffers.values()):
             drv.Context.synchronize()
         for k in self.kernels:
-            blocks, block = launch_shape(k.band, call.sizes, BLOCK, self.max_blocks)
+            blocks, block = launch_shape(k.band, call.sizes, BLOCK, self.max_blocks, on_host)
             if blocks:
                 k.function.prepared_call((blocks, 1), (block, 1, 1), *args)
         out: dict[str, Any] = {}

@@ -40,7 +40,7 @@ class SimExecutable(cpu.CpuExecutable):
             if k.extern is not None:
                 call.run_extern(k.extern, call.buffers)
                 continue
-            blocks, block = launch_shape(band, call.sizes, SIM_BLOCK, SIM_MAX_BLOCKS)
+            blocks, block = launch_shape(band, call.sizes, SIM_BLOCK, SIM_MAX_BLOCKS, call.buffers)
             if blocks:
                 k.fn(ptrs, size_vals, blocks, block)
         return {n: call.buffers[n] for n in call.results}

@@ -634,3 +634,15 @@ def test_a_device_number_that_is_not_a_number(monkeypatch):
     with pytest.raises(tcc.TccError) as info:
         fake.compile(SCALE)
     assert info.value.message == "TCC_CUDA_DEVICE must be a device number, not 'first'"
+
+
+@pytest.mark.parametrize("entry", [0, 2, 4])
+def test_a_launch_bounded_by_an_index_input_reads_its_entries_on_the_host(fake, entry):
+    """The gradient of ``e[s[0]]`` stores into ``de`` on the band ``max(0, s[0])..min(v - 1, s[0])``:
+    sizing its grid reads ``s`` (it raised KeyError '#s' on cuda and cuda-sim before)."""
+    program = tcc.grad("index s[1] < v\ninput e[v]\ny = e[s[0]]\n", of="y", wrt="e")
+    inputs = {"s": np.array([entry]), "e": np.arange(5.0), "dy": np.array(2.5)}
+    want = reference(program, inputs)
+    assert_close(fake.compile(program)(**inputs), want)
+    assert_close(tcc.compile(program, target="cuda-sim")(**inputs), want)
+    assert [(l.grid, l.block) for l in fake.launches][-1] == ((1, 1), (32, 1, 1))  # one store: one warp

@@ -10,11 +10,13 @@ program: no llvmlite here.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Any, Mapping
+
+import numpy as np
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import Access, Expr, Where, format_matrix_call, postorder, transform
-from tcc.ir.index import Affine
+from tcc.ir.index import LOOKUP_ENV, Affine, lookups
 from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store, lookup_tensors, stmt_exprs, walk_stmts
 
 __all__ = ["band_extents", "cuda_refusal", "grid_band", "kernel_buffers", "kernel_shape", "kernel_symbol"]
@@ -43,12 +45,26 @@ def grid_band(kernel: Kernel) -> tuple[For, ...]:
     return tuple(band)
 
 
-def band_extents(band: tuple[For, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
-    """The trip count of each band loop for these sizes (what the runtime sizes the grid by)."""
+def band_extents(band: tuple[For, ...], sizes: Mapping[str, int],
+                 buffers: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+    """The trip count of each band loop for these sizes (what the runtime sizes the grid by).
+
+    A bound may read an index input (``max(0, s[0])..min(v - 1, s[0])``, the gradient of ``e[s[0]]``):
+    its entries come from ``buffers``, where the runtime keeps the index arrays on the host.
+    """
+    env: Mapping[str, Any] = sizes
+    tensors = {look.tensor for loop in band for a in loop.lo + loop.hi for look in lookups(a)}
+    if tensors:
+        if buffers is None:
+            raise ValueError(f"the launch bounds read {', '.join(sorted(tensors))}: their arrays are needed")
+        env = dict(sizes)
+        for name in tensors:
+            arr = np.asarray(buffers[name])
+            env[LOOKUP_ENV + name] = lambda idx, arr=arr: int(arr[tuple(int(i) for i in idx)])
     counts = []
     for loop in band:
-        lo = max(a.evaluate(sizes) for a in loop.lo)
-        hi = min(a.evaluate(sizes) for a in loop.hi)
+        lo = max(a.evaluate(env) for a in loop.lo)
+        hi = min(a.evaluate(env) for a in loop.hi)
         counts.append(max(0, hi - lo + 1))
     return tuple(counts)
 
