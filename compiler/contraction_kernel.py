@@ -144,11 +144,17 @@ def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> N
     if res is not None:  # the result is stored the other way round: (B^T A^T) is C^T
         np.matmul(rhs.swapaxes(1, 2), lhs.swapaxes(1, 2), out=res.swapaxes(1, 2))
         return
-    pos = {v: n for n, v in enumerate(spec[2])}
-    view = out.transpose([pos[v] for v in g.batch + g.left + g.right])
+    view = _result_view(out, spec, g)
     tmp = _scratch_array(2, (lhs.shape[0], lhs.shape[1], rhs.shape[2]), out.dtype)
     np.matmul(lhs, rhs, out=tmp)
     view[...] = tmp.reshape(view.shape)
+
+
+def _result_view(out: np.ndarray, spec: Spec, g: Any) -> np.ndarray:
+    """``out`` with its axes in (batch, left, right) order: where a result that cannot be viewed as a
+    matrix stack is copied into from scratch space."""
+    pos = {v: n for n, v in enumerate(spec[2])}
+    return out.transpose([pos[v] for v in g.batch + g.left + g.right])
 
 
 #: a split's matrix products must each have at least this many multiply-adds: below, a stack of tiny
@@ -221,6 +227,5 @@ def _run_split(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray, g: Any
     if res is not None and res.flags.writeable:
         np.sum(summed, axis=1, out=res)
         return
-    pos = {v: n for n, v in enumerate(spec[2])}
-    view = out.transpose([pos[v] for v in g.batch + g.left + g.right])
+    view = _result_view(out, spec, g)
     view[...] = summed.sum(axis=1).reshape(view.shape)

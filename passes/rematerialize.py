@@ -45,8 +45,10 @@ import logging
 from dataclasses import dataclass
 
 from tcc.ir.expr import (
-    RANGED, Access, Binary, Const, CSum, Expr, MatrixFn, Unary, bound_vars, free_names, postorder,
+    RANGED, Access, Binary, Const, CSum, Expr, MatrixFn, Unary, accessed_tensors, bound_vars, free_names,
+    postorder,
 )
+from tcc.ir.graph import live_definitions
 from tcc.ir.program import Definition, Program
 from tcc.ir.substitution import inline_reads
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -150,22 +152,16 @@ def _bound_names(body: Expr) -> set[str]:
 
 
 def _readers(defs: list[Definition], name: str) -> list[Definition]:
-    return [r for r in defs if (name in r.body.args if isinstance(r.body, MatrixFn)
-                                else any(isinstance(n, Access) and n.tensor == name for n in postorder(r.body)))]
+    return [r for r in defs if name in accessed_tensors(r.body)]
 
 
 def _prune(program: Program, defs: list[Definition]) -> list[Definition]:
-    """The definitions some result reads, directly or through others."""
-    results = set(program.results())
-    needed = set(results)
-    for d in reversed(defs):
-        if d.name in needed:
-            needed |= set(d.body.args) if isinstance(d.body, MatrixFn) else {
-                n.tensor for n in postorder(d.body) if isinstance(n, Access)}
-    dropped = [d.name for d in defs if d.name not in needed]
+    """The definitions some result reads, directly or through others (``simplify``'s dead-code rule)."""
+    live = live_definitions(program.with_definitions(defs))
+    dropped = [d.name for d in defs if d.name not in live]
     if dropped:
         logger.info("no result reads %s: dropped", ", ".join(dropped))
-    return [d for d in defs if d.name in needed]
+    return [d for d in defs if d.name in live]
 
 
 def rematerialize(program: Program) -> Program:
