@@ -50,6 +50,8 @@ import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
 from tcc.contraction_kernel import run_contract
+from tcc.ir.contraction import has_window
+from tcc.window_kernel import run_window
 from tcc.gram_kernel import run_gram
 from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
 from tcc.interpreter import matrix_function
@@ -112,7 +114,9 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
     """
     out = buffers[stmt.out]
     with blas_limit(threads):
-        if getattr(stmt, "spec", ()):
+        if getattr(stmt, "spec", ()) and has_window(stmt.spec):  # a stride-1 convolution: shifted GEMMs
+            run_window(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
+        elif getattr(stmt, "spec", ()):
             run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif stmt.fn == "gram":  # X^T diag(w) X: syrk when every weight is >= 0 (tcc.gram_kernel)
             run_gram(buffers[stmt.args[0]], buffers[stmt.args[1]], out)

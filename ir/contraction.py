@@ -18,7 +18,25 @@ tensor once (no repeats, no diagonals).  The indices fall into four
 
 An index in one argument only and not in ``D`` (a sum over one factor) or in
 ``D`` only (a broadcast) is not a contraction: :func:`check_spec` refuses
-it.  Any storage order is allowed; the runtime turns each operand into a
+it.
+
+**Windows** (stride-1 convolutions).  An index of the *first* argument may
+be a window ``u + v`` or ``u - v`` of two index names, exactly one of them
+summed (not in the result):
+
+    y[b, o, i, j] = contract(x[b, c, i + p, j + q], w[o, c, p, q])[b, o, i, j]
+
+is ``sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])``, and reads of
+``A`` outside its extents count as zero (so ``contract(dy[b, o, h - p, w -
+q], w[o, c, p, q])[b, c, h, w]``, a convolution's input gradient, is the
+sum over the clipped window).  Each name of a window is in no other window
+and is not a plain index of ``A``.  An index's extent comes from its plain
+occurrences; the first name ``u`` of a window may have none (it is then in
+the result), and its extent is that of the convolution: ``E - N + 1`` for
+``u + v`` (the valid positions, every read in range), ``E + N - 1`` for
+``u - v`` (every position some read reaches), with ``E`` the extent of
+``A``'s axis and ``N`` that of ``v``.  The runtime runs it as a sequence of
+GEMMs over shifted views (``tcc.window_kernel``).  Any storage order is allowed; the runtime turns each operand into a
 (batch, rows, columns) matrix stack -- a reshape where each group is
 contiguous and in the same order, else one transposing copy -- and makes one
 ``np.matmul`` call (see ``tcc.compiler.contraction_kernel``).  The module
@@ -30,13 +48,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["CONTRACT", "Groups", "Spec", "groups", "check_spec", "contract_result", "format_contract", "parse_contract_args", "parse_index_names", "spec_extents"]
+__all__ = ["CONTRACT", "Groups", "Spec", "groups", "check_spec", "contract_result", "format_contract", "has_window",
+           "parse_contract_args", "parse_index_names", "spec_extents", "window", "window_entry"]
 
 #: The name of the contraction extern.
 CONTRACT = "contract"
 
 #: ``(indices of A, indices of B, indices of the result)``
 Spec = tuple[tuple[str, ...], ...]
+
+
+def window(entry: str) -> tuple[str, int, str] | None:
+    """``(u, sign, v)`` of a window entry ``"u + v"`` (sign 1) or ``"u - v"`` (sign -1), else ``None``."""
+    for op, sign in ((" + ", 1), (" - ", -1)):
+        if op in entry:
+            u, v = entry.split(op)
+            return u, sign, v
+    return None
+
+
+def window_entry(u: str, sign: int, v: str) -> str:
+    """The spec entry of the window ``u + v`` (``sign`` 1) or ``u - v`` (-1): how it prints."""
+    return f"{u} {'+' if sign > 0 else '-'} {v}"
+
+
+def has_window(spec: Spec) -> bool:
+    """Whether the first argument reads a window (a convolution, not a plain contraction)."""
+    return bool(spec) and any(window(x) is not None for x in spec[0])
+
+
+def _names(ix: tuple[str, ...]) -> tuple[str, ...]:
+    """Every index name of an argument's entries, a window's two included."""
+    out: list[str] = []
+    for x in ix:
+        w = window(x)
+        out.extend((w[0], w[2]) if w else (x,))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -65,6 +112,10 @@ def check_spec(spec: Spec) -> str | None:
     """Why ``spec`` is not a contraction of two tensors, or ``None`` when it is one."""
     if len(spec) != 3:
         return "a contraction has two arguments"
+    if any(window(x) for x in spec[1] + spec[2]):
+        return "only the first argument may read a window (u + v, u - v)"
+    if has_window(spec):
+        return _check_windows(spec)
     ia, ib, io = spec
     for what, ix in (("first argument", ia), ("second argument", ib), ("result", io)):
         if len(set(ix)) != len(ix):
@@ -78,16 +129,56 @@ def check_spec(spec: Spec) -> str | None:
     return None
 
 
+def _check_windows(spec: Spec) -> str | None:
+    """:func:`check_spec` for a spec whose first argument reads windows (see the module docstring)."""
+    ia, ib, io = spec
+    plain_a = tuple(x for x in ia if window(x) is None)
+    for what, ix in (("first argument", _names(ia)), ("second argument", ib), ("result", io)):
+        if len(set(ix)) != len(ix):
+            return f"the {what} repeats an index ({', '.join(ix)})"
+    for x in ia:
+        w = window(x)
+        if w is None:
+            continue
+        u, _, v = w
+        if u == v:
+            return f"the window {x} names one index twice"
+        if (u in io) == (v in io):
+            return f"the window {x} needs exactly one summed index (one of {u}, {v} not in the result)"
+        if v not in ib and v not in plain_a:
+            return f"index '{v}' of the window {x} has no extent: it is in no other read"
+        if u not in io and u not in ib:
+            return f"index '{u}' of the window {x} is summed but not in the second argument"
+    for x in plain_a + ib:
+        if x not in io and (x not in _names(ia) or x not in ib):
+            return f"index '{x}' is in one argument only and not in the result: a sum over one factor"
+    for x in io:
+        if x not in _names(ia) and x not in ib:
+            return f"index '{x}' of the result is in neither argument"
+    return None
+
+
 def spec_extents(spec: Spec, ea: Sequence[Any], eb: Sequence[Any]) -> tuple[dict[str, Any], str | None]:
-    """The extent of each index from the arguments' extents, and the first disagreement (or ``None``)."""
+    """The extent of each index from the arguments' extents, and the first disagreement (or ``None``).
+
+    A window's first name without a plain occurrence gets the convolution's
+    extent (module docstring) after every plain one is known."""
     ext: dict[str, Any] = {}
+    windows = []
     for ix, es in zip(spec[:2], (ea, eb)):
         if len(ix) != len(es):
             return ext, f"{len(ix)} indices for a tensor of order {len(es)}"
         for x, e in zip(ix, es):
+            w = window(x)
+            if w is not None:
+                windows.append((w, e))
+                continue
             if x in ext and ext[x] != e:
                 return ext, f"index '{x}' has extents {ext[x]} and {e}"
             ext[x] = e
+    for (u, sign, v), e in windows:
+        if u not in ext:
+            ext[u] = e - ext[v] + 1 if sign > 0 else e + ext[v] - 1
     return ext, None
 
 
@@ -104,12 +195,15 @@ def format_contract(args: Sequence[str], spec: Spec) -> str:
     return f"{CONTRACT}({', '.join(calls)})"
 
 
-def parse_index_names(p: Any) -> list[str]:
-    """Read ``[a, b]`` (index names) with the L1 or L2 parser ``p``."""
+def parse_index_names(p: Any, windows: bool = False) -> list[str]:
+    """Read ``[a, b]`` (index names; with ``windows``, also ``u + v`` and ``u - v``) with the L1 or L2 parser ``p``."""
     names: list[str] = []
     p.expect("[")
     while not p.peek().is_op("]"):
         names.append(p.name("an index name").value)
+        if windows and (p.peek().is_op("+") or p.peek().is_op("-")):
+            sign = 1 if p.advance().is_op("+") else -1
+            names[-1] = window_entry(names[-1], sign, p.name("an index name").value)
         if not p.peek().is_op(","):
             break
         p.advance()
@@ -125,7 +219,7 @@ def parse_contract_args(p: Any) -> tuple[list[str], list[tuple[str, ...]]]:
     idx: list[tuple[str, ...]] = []
     while True:
         args.append(p.name("a tensor name").value)
-        idx.append(tuple(parse_index_names(p)))
+        idx.append(tuple(parse_index_names(p, windows=not args[1:])))
         if not p.peek().is_op(","):
             break
         p.advance()

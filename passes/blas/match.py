@@ -26,6 +26,7 @@ from tcc.ir.index import Affine, Compare, of_sizes
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program
 
+from .window import window_contraction
 from .contract import COPY_COST, contraction
 from .reuse import reuse_outlined
 
@@ -258,7 +259,9 @@ class Rewriter:
                     continue
             if isinstance(e, Sum) and not free - self.sizes - set(names):  # several contracted indices, ...
                 fn = contraction(tuple(names), tuple(extent[x] for x in names), e, self.program, self.sizes,
-                                 self.facts, self.min_work, self.copy_cost)
+                                 self.facts, self.min_work, self.copy_cost) or window_contraction(
+                    tuple(names), tuple(extent[x] for x in names), e, self.program, self.sizes, self.facts,
+                    self.min_work)
                 if fn is None and len(names) >= 2:
                     self.declined(d, e, "a contraction", "not two plain reads, or the cost model keeps the loops")
                 if fn is not None and e is d.body and tuple(names) == d.indices:

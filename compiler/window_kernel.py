@@ -1,0 +1,240 @@
+"""Running a windowed ``contract``: a stride-1 convolution as shifted GEMMs (issue 13 item 3).
+
+``y[b, o, i, j] = contract(x[b, c, i + p, j + q], w[o, c, p, q])[b, o, i, j]``
+is, for each kernel offset ``(p, q)``, a plain contraction of the shifted
+view ``x[:, :, p:, q:]`` with the matrix ``w[:, :, p, q]``; the products of
+the offsets add up.  Each offset's product is a GEMM without any copy of
+``x`` once its two position axes are one: in a C-ordered ``x`` of width
+``W``, position ``(i, j)`` is element ``i * W + j`` of the shifted view, so
+the view is a ``C x ((I - 1) * W + J)`` matrix with leading dimension
+``H * W`` -- provided the *other* side holding the positions (here the
+result) is laid out with width ``W`` too.  The result is therefore computed
+into scratch space of width ``W`` (``W - J`` columns of it are never read)
+and copied into ``y`` at the end; where the positions are summed (the
+weight gradient ``contract(x[b, c, p + i, q + j], dy[b, o, i, j])``) the
+other operand is copied into a zero-padded layout of width ``W`` instead.
+``im2col`` would copy ``x`` once per kernel offset (9x its size for 3x3);
+this copies one operand or the result once.
+
+The steps of one call:
+
+1. ``A`` is padded with zeros where a window reads outside it (a ``u - v``
+   window, the input gradient: ``dy`` gets ``N - 1`` zeros on each side),
+   into scratch space; otherwise it is used in place (a C-ordered copy if
+   it is not C-ordered).
+2. Each window's *offset* (the index looped over: the smaller extent, and
+   ``v`` of ``u - v``) is fixed in turn; its other index, the *position*,
+   stays an axis of the view.  Consecutive window axes merge into one
+   position axis as above.
+3. The indices fall into groups as for plain contractions (batch, left,
+   right, contracted).  Per group, the index of largest extent is the
+   GEMM's dimension; the others are looped over in Python.  ``B`` is
+   copied once into a layout with the offsets and the looped indices first
+   and the GEMM's two axes last (it is the kernel in the forward pass: a few
+   KB); the result is computed into scratch space so laid out and copied
+   into ``out`` at the end.
+4. One GEMM per offset and looped index, ``beta = 1`` for every product
+   added to an earlier one (NumPy's BLAS called directly:
+   :mod:`tcc.blas_gemm`), from one native loop (:mod:`tcc.backends.gemm_loop`)
+   where every product has the same shapes and leading dimensions.  BLAS
+   threads each product.  (Splitting the products over tcc's threads, each
+   with a single-threaded BLAS, measured no faster: two concurrent calls
+   of OpenBLAS took as long as the same calls one after another.)
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from itertools import product
+from typing import Any, Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tcc.ir.contraction import Spec
+from tcc.ir.window_plan import MERGED, WindowPlan, window_plan
+
+from tcc.backends.gemm_loop import gemm_loop
+
+from .blas_gemm import gemm, gemm_args
+from .contraction_kernel import _scratch_array
+
+__all__ = ["run_window", "window_plan"]
+
+_PLANS: dict[Any, WindowPlan] = {}
+
+
+def _pack(x: np.ndarray, names: tuple[str, ...] | None, order: tuple[str, ...], plan: WindowPlan, slot: int,
+          zero: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Scratch space laid out as ``order``, the merged positions widened to the padded widths of ``A``
+    (zeros in the extra columns where ``zero``), with ``x`` (axes ``names``) copied in unless ``names``
+    is None: the array, and its view with the positions merged into one axis."""
+    shape: list[int] = []
+    for x_ in order:
+        if x_ == MERGED:
+            shape += [plan.ext[plan.merged[0]], *plan.widths[1:]]
+        else:
+            shape.append(plan.ext[x_])
+    full = _scratch_array(slot, tuple(shape), x.dtype)
+    src_order = [n for o in order for n in (plan.merged if o == MERGED else (o,))]
+    view = full
+    if plan.merged and MERGED in order:
+        k = order.index(MERGED)
+        cut = tuple(slice(None) for _ in range(k)) + tuple(slice(0, plan.ext[p]) for p in plan.merged)
+        if zero:
+            full.fill(0)
+        view = full[cut]
+    if names is not None:
+        np.copyto(view, x.transpose([names.index(n) for n in src_order]))
+    if not (plan.merged and MERGED in order):
+        return full, full
+    k = order.index(MERGED)
+    flat = full.reshape(shape[:k] + [-1] + shape[k + len(plan.merged):])
+    return full, flat[(slice(None),) * k + (slice(0, plan.ext[MERGED]),)]
+
+
+def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = contract(A[...], B[...])`` for a spec whose first argument reads windows.
+
+    The products run one after another on the calling thread; BLAS threads
+    each of them (the caller sets its thread count: ``tcc.runtime.blas_limit``)."""
+    ia, ib, io = spec
+    if out.size == 0:
+        return
+    key = (spec, a.shape, b.shape)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = window_plan(spec, a.shape, b.shape)
+        if len(_PLANS) > 256:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    ext = plan.ext
+    if any(ext[x] <= 0 for x in ext) or any(n == 0 for n in a.shape + b.shape):
+        out[...] = 0
+        return
+    b = b.astype(out.dtype, copy=False)
+    ap = a.astype(out.dtype, copy=False)
+    if any(p != (0, 0) for p in plan.pads):
+        ap = _scratch_array(20, tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, plan.pads)), out.dtype)
+        ap.fill(0)
+        ap[tuple(slice(lo, lo + n) for n, (lo, _) in zip(a.shape, plan.pads))] = a
+    elif not ap.flags.c_contiguous:
+        ap = np.ascontiguousarray(ap)
+    _, bp = _pack(b, ib, plan.b_order, plan, 21, zero=True)
+    full, op = _pack(out, None, plan.o_order, plan, 22, zero=False)
+    _products(plan, ia, ap, bp, op)
+    _unpack(plan, full, out, io)
+
+
+def _a_view(plan: WindowPlan, ia: tuple[str, ...], ap: np.ndarray, at: dict[str, int]) -> np.ndarray:
+    """The 2-D ``(M, K)`` view of the padded ``A`` at the offsets and looped indices ``at``."""
+    item = ap.itemsize
+    start = 0
+    strides: dict[str, int] = {}
+    wins = {w.axis: w for w in plan.windows}
+    for k, x in enumerate(ia):
+        s = ap.strides[k]
+        w = wins.get(k)
+        if w is None:
+            start += at.get(x, 0) * s
+            strides[x] = s
+            continue
+        start += (w.base + w.coef * at[w.off]) * s
+        name = MERGED if w.pos in plan.merged else w.pos
+        start += at.get(name, 0) * s if name != MERGED else 0
+        strides[name] = s  # for the merged block: the last window axis's stride wins (C order)
+    start += at.get(MERGED, 0) * strides.get(MERGED, 0)
+    m, kk, _ = plan.gemm_axes
+    shape = (plan.ext[m] if m else 1, plan.ext[kk] if kk else 1)
+    st = (strides[m] if m else item, strides[kk] if kk else item)
+    return as_strided(ap.reshape(-1)[start // item:], shape=shape, strides=st, writeable=False)
+
+
+def _products(plan: WindowPlan, ia: tuple[str, ...], ap: np.ndarray, bp: np.ndarray, op: np.ndarray) -> None:
+    """Every GEMM of the call, in order: natively (:func:`_native_calls`) where BLAS takes them all."""
+    ext = plan.ext
+    free = [range(ext[x]) for x in plan.free_loops]
+    acc = [range(ext[x]) for x in plan.acc_loops]
+    tuples = list(product(*free))
+    m, kk, n = plan.gemm_axes
+    b_lead = [x for x in plan.b_order if x not in (kk, n)]
+    o_lead = [x for x in plan.o_order if x not in (m, n)]
+    o_mn = [x for x in plan.o_order if x in (m, n)]
+
+    def two_d(x: np.ndarray, lead: list[str], at: dict[str, int], rows: str, cols: str,
+              stored: list[str]) -> np.ndarray:
+        y = x[tuple(at[v] for v in lead) + (Ellipsis,)]
+        if not rows:
+            y = y[None, :] if stored == [cols] else y
+        if not cols:
+            y = y[:, None] if stored == [rows] else y
+        if len(stored) == 2 and stored[0] == cols:
+            y = y.T
+        if y.ndim == 0:
+            y = y.reshape(1, 1)
+        return y
+
+    def views(t: tuple[int, ...]) -> Any:
+        at0 = dict(zip(plan.free_loops, t))
+        for i, s in enumerate(product(*acc)):
+            at = {**at0, **dict(zip(plan.acc_loops, s))}
+            yield (_a_view(plan, ia, ap, at), two_d(bp, b_lead, at, kk, n, [x for x in plan.b_order if x in (kk, n)]),
+                   two_d(op, o_lead, at, m, n, o_mn), 0.0 if i == 0 else 1.0)
+
+    native = _native_calls(plan, ap, bp, op, tuples, views)
+    if native is not None:
+        fn, ch, cfg, offs, swapped = native
+        first, second = (bp, ap) if swapped else (ap, bp)
+
+        gemm_loop(ch, fn, cfg, offs, first.ctypes.data, second.ctypes.data, op.ctypes.data)
+        return
+    for t in tuples:
+        for a2, b2, c2, beta in views(t):
+            gemm(a2, b2, c2, beta)
+
+
+_CALLS: dict[Any, Any] = {}
+
+
+def _native_calls(plan: WindowPlan, ap: np.ndarray, bp: np.ndarray, op: np.ndarray, tuples: list[Any],
+                  views: Any) -> tuple[int, str, np.ndarray, np.ndarray, bool] | None:
+    """The BLAS entry point, the call's fixed arguments, the ``(offsets, beta)`` rows for
+    :func:`tcc.backends.gemm_loop.gemm_loop` and whether the call's first matrix is ``B``'s (then the
+    offsets are of ``B``, ``A``, the result), or ``None`` where some product cannot be one BLAS call
+    with the same arguments as the others.  A function of the plan and the three arrays' strides
+    (their addresses enter as offsets), so it is kept per plan."""
+    key = (id(plan), ap.dtype.char, ap.strides, bp.strides, op.strides)
+    hit = _CALLS.get(key)
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    fixed = None
+    rows = []
+    for t in tuples:
+        for a2, b2, c2, beta in views(t):
+            args = gemm_args(a2, b2, c2)
+            if args is None or (fixed is not None and args != fixed):
+                return None
+            fixed = args
+            oa, ob = a2.ctypes.data - ap.ctypes.data, b2.ctypes.data - bp.ctypes.data
+            rows.append((ob, oa, c2.ctypes.data - op.ctypes.data, int(beta)) if args[2] else
+                        (oa, ob, c2.ctypes.data - op.ctypes.data, int(beta)))
+    if fixed is None:
+        return None
+    f, cfg, swapped = fixed
+    result = (ctypes.cast(f, ctypes.c_void_p).value, ap.dtype.char, np.array(cfg, dtype=np.int64),
+              np.array(rows, dtype=np.int64).reshape(-1, 4), swapped)
+    if len(_CALLS) > 256:
+        _CALLS.clear()
+    _CALLS[key] = (plan, result)
+    return result
+
+
+def _unpack(plan: WindowPlan, full: np.ndarray, out: np.ndarray, io: tuple[str, ...]) -> None:
+    """Copy the scratch result (``plan.o_order``, positions widened) into ``out``."""
+    names = [n for o in plan.o_order for n in (plan.merged if o == MERGED else (o,))]
+    view = full
+    if plan.merged and MERGED in plan.o_order:
+        k = plan.o_order.index(MERGED)
+        view = full[(slice(None),) * k + tuple(slice(0, plan.ext[p]) for p in plan.merged)]
+    np.copyto(out, view.transpose([names.index(x) for x in io]))
