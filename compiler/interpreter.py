@@ -55,7 +55,7 @@ from tcc.ir.contraction import has_window
 from tcc.ir.program import Program
 
 from .index_inputs import check_index_inputs
-from .window_view import window_view
+from .window_view import window_contract
 from .sizes import as_input_array, bind_sizes, check_index_range, check_index_ranges, cond_affines, extents_shape
 
 __all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
@@ -86,10 +86,10 @@ def _adjugate(a: np.ndarray) -> np.ndarray:
 
 def einsum_contract(spec: tuple[tuple[str, ...], ...], a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``contract(A[...], B[...])`` as ``np.einsum`` with a letter per index name (the reference
-    semantics; the runtime's transpose-reshape-matmul plan is checked against it).  A window of
-    the first argument is two axes of a zero-padded strided view (:mod:`tcc.window_view`)."""
+    semantics; the runtime's transpose-reshape-matmul plan is checked against it).  A contraction
+    with windows is summed term by term instead (:mod:`tcc.window_view`)."""
     if has_window(spec):
-        spec, a = window_view(spec, a, b.shape)
+        return window_contract(spec, a, b)
     letters: dict[str, str] = {}
     for ix in spec:
         for x in ix:

@@ -59,6 +59,7 @@ from tcc.backends.gemm_loop import gemm_loop
 
 from .blas_gemm import gemm, gemm_args
 from .contraction_kernel import _scratch_array
+from .window_view import window_contract
 
 __all__ = ["run_window", "window_plan"]
 
@@ -115,16 +116,40 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
         return
     b = b.astype(out.dtype, copy=False)
     ap = a.astype(out.dtype, copy=False)
-    if any(p != (0, 0) for p in plan.pads):
-        ap = _scratch_array(20, tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, plan.pads)), out.dtype)
-        ap.fill(0)
-        ap[tuple(slice(lo, lo + n) for n, (lo, _) in zip(a.shape, plan.pads))] = a
+    if not _zeros_are_exact(plan, ap, b, io):
+        np.copyto(out, window_contract(spec, ap, b, out.dtype))
+        return
+    if plan.a_perm:  # the batch next to the positions (window_plan's merge_loops)
+        ap = ap.transpose(plan.a_perm)
+        ia = tuple(ia[k] for k in plan.a_perm)
+    if any(p != (0, 0) for p in plan.pads) or plan.a_perm:
+        src = ap
+        ap = _scratch_array(20, tuple(n + lo + hi for n, (lo, hi) in zip(src.shape, plan.pads)), out.dtype)
+        if any(p != (0, 0) for p in plan.pads):
+            ap.fill(0)
+        ap[tuple(slice(lo, lo + n) for n, (lo, _) in zip(src.shape, plan.pads))] = src
     elif not ap.flags.c_contiguous:
         ap = np.ascontiguousarray(ap)
     _, bp = _pack(b, ib, plan.b_order, plan, 21, zero=True)
     full, op = _pack(out, None, plan.o_order, plan, 22, zero=False)
     _products(plan, ia, ap, bp, op)
     _unpack(plan, full, out, io)
+
+
+def _finite(x: np.ndarray) -> bool:
+    """No inf or NaN in ``x`` (a sum: one pass, no temporary; an overflow to inf only costs the fallback)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.add.reduce(x, axis=None)))
+
+
+def _zeros_are_exact(plan: WindowPlan, a: np.ndarray, b: np.ndarray, io: tuple[str, ...]) -> bool:
+    """Whether the zeros the GEMMs multiply change nothing: padding of ``A`` meets ``B``'s values, and a
+    widened ``B`` (summed positions) meets values of ``A`` -- ``0 * inf`` would be a NaN that the sum,
+    which leaves those terms out, does not have."""
+    if any(p != (0, 0) for p in plan.pads) and not _finite(b):
+        return False
+    widened_b = bool(plan.merged) and plan.merged[0] not in io
+    return not widened_b or _finite(a)
 
 
 def _a_view(plan: WindowPlan, ia: tuple[str, ...], ap: np.ndarray, at: dict[str, int]) -> np.ndarray:

@@ -1,55 +1,75 @@
-"""A contraction's windows as plain axes: ``x[b, c, i + p]`` viewed as ``X[b, c, i, p]`` (issue 13 item 3).
+"""A windowed contraction computed term by term, as its sum says (issue 13 item 3): the reference.
 
-A window entry ``u + v`` (or ``u - v``) of ``contract``'s first argument
-(:mod:`tcc.ir.contraction`) reads one axis of ``A`` at a position that two
-indices make.  Over a copy of ``A`` padded with zeros wherever some read
-falls outside it, the window is a strided view with two axes ``u``, ``v``:
-nothing is copied but the padding, and the spec becomes a plain one.  The
-interpreter contracts that view with ``np.einsum`` (the reference), and the
-runtime's general fallback copies it into a matrix stack (``im2col``) for
-one GEMM.  Why a view: the reference must not share the runtime's shifted
-GEMM plan (``tcc.window_kernel``), or the tests that compare them would
-compare the plan with itself.
+``contract(A[..., u + v, ...], B[...])`` (:mod:`tcc.ir.contraction`) is
+the sum over the terms whose read of ``A`` is in range; terms that would read
+outside ``A`` are left out, not multiplied by a zero -- on an ``inf`` in
+``B`` the two differ (``0 * inf`` is NaN).  For each value of each window's
+smaller index (the *offset*), the other index runs over an interval, so the
+terms of that offset are a plain contraction of slices of ``A``, ``B`` and
+the result, done with ``np.einsum``.
+
+The interpreter computes windowed contractions this way, and the runtime
+does whenever an operand that its shifted GEMMs would multiply by padding
+or by the zeros of a widened layout is not all finite
+(``tcc.window_kernel``).  It shares nothing with the GEMM plan but the
+extents, so tests that compare the two compare two methods.
 """
 from __future__ import annotations
 
+from itertools import product
+
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from tcc.ir.contraction import Spec, spec_extents, window
-from tcc.ir.window_plan import padding
 
-__all__ = ["window_view"]
+__all__ = ["window_contract"]
 
 
-def window_view(spec: Spec, a: np.ndarray, b_shape: tuple[int, ...]) -> tuple[Spec, np.ndarray]:
-    """The plain spec and the (read-only) view of ``A`` in which every window is two axes ``u``, ``v``."""
-    ext, _ = spec_extents(spec, a.shape, b_shape)
-    pads = padding(spec, a.shape, b_shape)
-    a = np.pad(a, pads) if any(p != (0, 0) for p in pads) else np.ascontiguousarray(a)
-    shape: list[int] = []
-    strides: list[int] = []
-    names: list[str] = []
-    offset = 0
-    flip: list[int] = []
-    for x, n, s, (lo, _) in zip(spec[0], a.shape, a.strides, pads):
+def _letters(spec: Spec) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for ix in spec:
+        for x in ix:
+            w = window(x)
+            for n in ((w[0], w[2]) if w else (x,)):
+                if n not in out:
+                    k = len(out)
+                    out[n] = chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26)
+    return out
+
+
+def window_contract(spec: Spec, a: np.ndarray, b: np.ndarray, dtype: np.dtype | None = None) -> np.ndarray:
+    """``contract(A[...], B[...])`` for a spec whose first argument reads windows, in ``dtype`` (``a``'s)."""
+    ia, ib, io = spec
+    dtype = np.dtype(dtype or a.dtype)
+    ext, bad = spec_extents(spec, a.shape, b.shape)
+    assert bad is None, bad
+    out = np.zeros([max(ext[x], 0) for x in io], dtype)
+    wins = []
+    for k, x in enumerate(ia):
         w = window(x)
-        if w is None:
-            shape.append(n), strides.append(s), names.append(x)
-            continue
-        u, sign, v = w
-        # position u + v (or u - (N - 1) + v' with v' = N - 1 - v, flipped back below) in the padded axis
-        start = lo if sign > 0 else lo - (ext[v] - 1)
-        offset += start * s
-        if sign < 0:
-            flip.append(len(shape) + 1)
-        shape += [ext[u], ext[v]]
-        strides += [s, s]
-        names += [u, v]
-    if any(n <= 0 for n in shape):
-        view = np.zeros([max(n, 0) for n in shape], a.dtype)
-    else:
-        view = as_strided(a.reshape(-1)[offset // a.itemsize:], shape=shape, strides=strides, writeable=False)
-        for axis in flip:
-            view = np.flip(view, axis)
-    return (tuple(names), spec[1], spec[2]), view
+        if w is not None:
+            u, sign, v = w
+            off, pos = (v, u) if sign < 0 or ext[v] <= ext[u] else (u, v)
+            wins.append((k, off, pos, sign if off == v else 1))
+    if out.size == 0 or any(ext[x] <= 0 for x in ext):
+        return out
+    letters = _letters(spec)
+    a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    for values in product(*(range(ext[off]) for _, off, _, _ in wins)):
+        at = {off: t for (_, off, _, _), t in zip(wins, values)}
+        span: dict[str, slice] = {}
+        a_index: list[object] = [slice(None)] * a.ndim
+        for (k, off, pos, coef), t in zip(wins, values):
+            lo, hi = max(0, -coef * t), min(ext[pos] - 1, a.shape[k] - 1 - coef * t)  # 0 <= pos + coef*t <= E-1
+            if lo > hi:
+                break
+            span[pos] = slice(lo, hi + 1)
+            a_index[k] = slice(lo + coef * t, hi + coef * t + 1)
+        else:
+            a_names = [n for x in ia for n in ([next(p for k, _, p, _ in wins if ia[k] == x)] if window(x) else [x])]
+            b_index = tuple(at[x] if x in at else span.get(x, slice(None)) for x in ib)
+            o_index = tuple(at[x] if x in at else span.get(x, slice(None)) for x in io)
+            sub = (''.join(letters[n] for n in a_names), ''.join(letters[x] for x in ib if x not in at),
+                   ''.join(letters[x] for x in io if x not in at))
+            out[o_index] += np.einsum(f"{sub[0]},{sub[1]}->{sub[2]}", a[tuple(a_index)], b[b_index])
+    return out

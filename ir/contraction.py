@@ -26,10 +26,10 @@ summed (not in the result):
 
     y[b, o, i, j] = contract(x[b, c, i + p, j + q], w[o, c, p, q])[b, o, i, j]
 
-is ``sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])``, and reads of
-``A`` outside its extents count as zero (so ``contract(dy[b, o, h - p, w -
-q], w[o, c, p, q])[b, c, h, w]``, a convolution's input gradient, is the
-sum over the clipped window).  Each name of a window is in no other window
+is ``sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])``; a term whose
+read of ``A`` falls outside it is left out (so ``contract(dy[b, o, h - p,
+w - q], w[o, c, p, q])[b, c, h, w]``, a convolution's input gradient, is
+the sum over the clipped window).  Each name of a window is in no other window
 and is not a plain index of ``A``.  An index's extent comes from its plain
 occurrences; the first name ``u`` of a window may have none (it is then in
 the result), and its extent is that of the convolution: ``E - N + 1`` for
@@ -219,7 +219,7 @@ def parse_contract_args(p: Any) -> tuple[list[str], list[tuple[str, ...]]]:
     idx: list[tuple[str, ...]] = []
     while True:
         args.append(p.name("a tensor name").value)
-        idx.append(tuple(parse_index_names(p, windows=not args[1:])))
+        idx.append(tuple(parse_index_names(p, windows=True)))  # check_spec refuses them past the first
         if not p.peek().is_op(","):
             break
         p.advance()

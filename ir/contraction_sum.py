@@ -9,7 +9,7 @@ derivative's sums again.
 
 A window ``u + v`` of ``A`` (a convolution) reads ``A[..., u + v, ...]``,
 and its summed index ranges only where the read is in ``A``: reads outside
-count as zero, so the sum over ``v`` (or ``u``) is clipped, as the
+are left out, so the sum over ``v`` (or ``u``) is clipped, as the
 derivative engine writes the input gradient of a convolution:
 ``sum[p: max(h - 31, 0)..min(h, 2)](dy[b, o, h - p] * w[o, c, p])``.
 """

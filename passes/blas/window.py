@@ -18,7 +18,7 @@ every summed variable ranges over exactly the values at which all its
 reads are in range: its extent (from the plain read that has it) clipped by
 each window it is in -- the input gradient's ``max(h - 31, 0)..min(h, 2)``
 is ``0..2`` clipped by ``0 <= h - p <= 31``.  That is the contraction's
-meaning (reads outside ``A`` count as zero), so nothing else is checked at
+meaning (terms reading outside ``A`` are left out), so nothing else is checked at
 run time.  Bounds are compared as maxima and minima of affine terms, each
 term bounded by one of the other side's, under the facts of the result's
 index ranges.  The result's extents must be the contraction's (the valid

@@ -1,0 +1,195 @@
+"""Stride-1 convolutions as windowed contractions (issue 13 item 3).
+
+``blas`` turns a convolution and both of its gradients into ``contract(A[..., u + v, ...], B[...])``;
+the runtime runs that as shifted GEMMs (tcc.window_kernel).  Everything is checked against the
+reference interpreter on the *source* program (the sums), so the rewrite is checked too.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tcc
+from tcc.ir.diagnostics import TccError
+from tcc.ir.loops_parser import parse_loop_program
+from tcc.window_kernel import run_window
+from tcc.window_view import window_contract
+
+CONV = ("input x[{B}, {C}, {S}, {T}], w[{O}, {C}, {R}, {Q}]\n"
+        "y[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+
+
+def conv(B=2, C=16, O=16, S=10, T=11, R=3, Q=2) -> str:  # noqa: N803 - the shapes' usual names
+    return CONV.format(B=B, C=C, O=O, S=S, T=T, R=R, Q=Q)
+
+
+def inputs(src: str, seed: int = 0, dtype=np.float64) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = tcc.parse(src)
+    shapes = {t.name: tuple(int(e.const) for e in t.extents) for t in p.inputs}
+    return {n: rng.standard_normal(s).astype(dtype) for n, s in shapes.items()}
+
+
+def externs(f) -> list[str]:  # noqa: ANN001
+    return [line.strip() for line in str(f.loops).splitlines() if "extern contract" in line]
+
+
+def test_convolution_and_its_gradients_become_windowed_contractions():
+    src = conv()
+    grad = tcc.grad(src, of="y", wrt="x,w")
+    f, g = tcc.compile(src), tcc.compile(grad)
+    assert externs(f) == ["extern contract(x[b, c, i + p, j + q], w[o, c, p, q]) -> y[b, o, i, j]"]
+    assert [e.split("->")[1].strip()[:2] for e in externs(g)] == ["dx", "dw"]
+    assert "dy[dx_0, dx_z0, dx_2 - dx_z1, dx_3 - dx_z2]" in externs(g)[0]  # the input gradient: u - v windows
+    args = inputs(src)
+    args["dy"] = np.random.default_rng(1).standard_normal((2, 16, 8, 10))
+    ref = tcc.run(grad, args)
+    np.testing.assert_allclose(f(x=args["x"], w=args["w"])["y"], tcc.run(src, args)["y"], rtol=1e-12, atol=1e-12)
+    got = g(**args)
+    for name in ("dx", "dw"):
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-12, atol=1e-11)
+
+
+def test_windowed_extern_prints_and_parses_back():
+    f = tcc.compile(tcc.grad(conv(), of="y", wrt="x,w"))
+    text = str(f.loops)
+    assert str(parse_loop_program(text)) == text
+
+
+def test_float32():
+    src = conv()
+    args = inputs(src, dtype=np.float32)
+    f = tcc.compile(src, dtype=np.float32)
+    ref = tcc.run(src, {k: v.astype(np.float64) for k, v in args.items()})["y"]
+    np.testing.assert_allclose(f(**args)["y"], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_batch_including_an_empty_one():
+    src = ("input x[n, 16, 10, 10], w[16, 16, 3, 3]\n"
+           "y[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+    f = tcc.compile(src)
+    assert externs(f)
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((16, 16, 3, 3))
+    for n in (0, 1, 3):
+        x = rng.standard_normal((n, 16, 10, 10))
+        got = f(x=x, w=w)["y"]
+        assert got.shape == (n, 16, 8, 8)
+        np.testing.assert_allclose(got, tcc.run(src, {"x": x, "w": w})["y"], rtol=1e-12, atol=1e-12)
+
+
+def test_edge_data_agrees_with_the_sums():
+    """An inf in the kernel meets the input gradient's padding, a NaN in x the weight gradient's widened
+    dy: the sums leave those terms out, so the runtime must not make 0 * inf = NaN of them."""
+    src = conv(S=9, T=9, R=3, Q=3)
+    grad = tcc.grad(src, of="y", wrt="x,w")
+    g = tcc.compile(grad)
+    args = inputs(src, seed=3)
+    args["dy"] = np.random.default_rng(4).standard_normal((2, 16, 7, 7))
+    args["w"][0, 0, 2, 2] = np.inf
+    args["w"][1, 3, 0, 1] = -0.0
+    args["x"][1, 2, 8, 8] = np.nan
+    args["x"][0, 5, 3, 8] = -np.inf
+    args["dy"][0, 1, 0, 0] = 0.0
+    ref, got = tcc.run(grad, args), g(**args)
+    for name in ("dx", "dw"):
+        assert np.array_equal(np.isnan(got[name]), np.isnan(ref[name])), name
+        assert np.array_equal(np.isinf(got[name]), np.isinf(ref[name])), name
+        ok = np.isfinite(ref[name])
+        assert ok.any()
+        np.testing.assert_allclose(got[name][ok], ref[name][ok], rtol=1e-12, atol=1e-11)
+
+
+def test_small_channel_counts_and_one_dimensional_correlations_stay_loops():
+    """The cost model: a GEMM dimension below 16 (3 input channels) or a correlation of one signal
+    (GEMMs of width 1) is better served by the loop nests."""
+    assert not externs(tcc.compile(conv(C=3)))
+    assert not externs(tcc.compile("input x[1000], w[9]\ny[i] = sum[k](x[i + k] * w[k])\n"))
+
+
+def test_a_sum_clipped_otherwise_stays_a_sum():
+    """p runs over 0..1 of w's 0..2: not the contraction's range, so no rewrite -- and still right."""
+    src = ("input x[2, 16, 10, 10], w[16, 16, 3, 3]\n"
+           "y[b, o, i, j] = sum[c, p: 0..1, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+    f = tcc.compile(src)
+    assert not externs(f)
+    args = inputs(src)
+    np.testing.assert_allclose(f(**args)["y"], tcc.run(src, args)["y"], rtol=1e-12, atol=1e-12)
+
+
+def test_a_user_written_windowed_contract_runs_and_differentiates():
+    src = ("input dy[2, 16, 8, 9], w[16, 16, 3, 2]\n"
+           "g[b, c, h, v] = contract(dy[b, o, h - p, v - q], w[o, c, p, q])[b, c, h, v]\n")
+    summed = ("input dy[2, 16, 8, 9], w[16, 16, 3, 2]\noutput g[2, 16, 10, 10]\n"
+              "g[b, c, h, v] = sum[o, p: max(0, h - 7)..min(2, h), q: max(0, v - 8)..min(1, v)]"
+              "(dy[b, o, h - p, v - q] * w[o, c, p, q])\n")
+    p = tcc.parse(src)
+    assert str(p).splitlines()[1] == src.splitlines()[1]
+    args = inputs(src, seed=5)
+    ref = tcc.run(summed, args)["g"]
+    assert ref.shape == (2, 16, 10, 10)
+    np.testing.assert_allclose(tcc.run(src, args)["g"], ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tcc.compile(src)(**args)["g"], ref, rtol=1e-12, atol=1e-12)
+    seed = np.random.default_rng(6).standard_normal(ref.shape)
+    d1 = tcc.run(tcc.grad(src, of="g", wrt="dy,w"), {**args, "dg": seed})
+    d2 = tcc.run(tcc.grad(summed, of="g", wrt="dy,w"), {**args, "dg": seed})
+    for name in ("ddy", "dw"):
+        np.testing.assert_allclose(d1[name], d2[name], rtol=1e-12, atol=1e-11)
+
+
+BAD_INPUTS = "input x[4, 9], w[3, 4], dy[2, 9], v[9], u[3]\n"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("g[b, c] = contract(w[o, c], dy[b, o + c])[b, c]",
+     r"only the first argument may read a window \(u \+ v, u - v\)"),
+    ("g[i, p] = contract(v[i + p], u[p])[i, p]",
+     r"the window i \+ p needs exactly one summed index \(one of i, p not in the result\)"),
+    ("g[o] = contract(v[i + p], w[o, p])[o]",
+     r"the window i \+ p needs exactly one summed index \(one of i, p not in the result\)"),
+    ("g[b] = contract(x[b, i + i], u[i])[b]", r"the first argument repeats an index \(b, i, i\)"),
+])
+def test_bad_windows_are_refused(text, why):
+    with pytest.raises(TccError, match="is not a contraction with result g.*: " + why):
+        tcc.run(BAD_INPUTS + text + "\n", inputs(BAD_INPUTS))
+
+
+SPECS = [
+    ((("b", "i + p", "j + q", "c"), ("p", "q", "c", "o"), ("b", "i", "j", "o")), (2, 9, 8, 5), (3, 2, 5, 4)),
+    ((("b", "c", "i + p", "j + q", "l + r"), ("o", "c", "p", "q", "r")), (2, 3, 6, 7, 5), (4, 3, 3, 2, 2)),
+    ((("c", "i + p", "b", "j + q"), ("o", "c", "p", "q"), ("j", "o", "b", "i")), (3, 6, 2, 7), (4, 3, 3, 2)),
+    ((("i + k",), ("k",), ("i",)), (20,), (5,)),
+    ((("i - k",), ("k",), ("i",)), (20,), (5,)),
+    ((("b", "c", "p + i", "q + j"), ("b", "o", "i", "j"), ("o", "c", "p", "q")), (2, 3, 6, 7), (2, 4, 4, 6)),
+    ((("b", "o", "h - p", "v - q"), ("o", "c", "p", "q"), ("b", "c", "h", "v")), (2, 4, 4, 6), (4, 3, 3, 2)),
+]
+
+
+def _spec(entry):  # noqa: ANN001
+    spec = entry[0]
+    if len(spec) == 2:  # the 3-D convolution's result
+        spec = (*spec, ("b", "o", "i", "j", "l"))
+    return spec
+
+
+@pytest.mark.parametrize("entry", SPECS, ids=lambda e: ",".join(_spec(e)[0]))
+@pytest.mark.parametrize("native", [True, False], ids=["blas", "numpy"])
+def test_runtime_against_the_reference(entry, native, monkeypatch):
+    """Layouts (channels last, 3-D, interleaved), 1-D windows both ways, the two gradients' shapes;
+    with the native BLAS loop and with NumPy's matmul (what runs where no BLAS symbol is found)."""
+    import tcc.blas_gemm as bg
+    import tcc.window_kernel as wk
+
+    if not native:
+        monkeypatch.setattr(bg, "_fns", {})
+        monkeypatch.setattr(wk, "_CALLS", {})
+    spec, ash, bsh = _spec(entry), entry[1], entry[2]
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(ash), rng.standard_normal(bsh)
+    ref = window_contract(spec, a, b)
+    for a_in in (a, np.asfortranarray(a)):  # a non-C-ordered operand is copied first
+        out = np.full(ref.shape, np.nan)
+        run_window(spec, a_in, b, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    if not native:
+        assert not wk._CALLS
