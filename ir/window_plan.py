@@ -84,7 +84,7 @@ def _block_extras(spec: Spec, ext: dict[str, int]) -> list[int]:
 
 
 def window_plan(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
-                merge_loops: bool = True) -> WindowPlan:
+                merge_loops: bool = False) -> WindowPlan:
     """The plan of :func:`run_window` for these shapes (see the module docstring).
 
     With ``merge_loops``, the indices that would be looped over beside the
