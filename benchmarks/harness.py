@@ -8,19 +8,28 @@ done by several *candidates*, one per framework.  For each row the harness
 2. checks the candidate's results against tcc's (a wrong peer is reported as
    ``wrong: ...`` and never timed; an exception as ``failed: ...``),
 3. calls it once more untimed (warm-up),
-4. times the remaining candidates round-robin, one call of each candidate
-   per round, so that a burst of noise on the shared machine hits every
-   framework alike rather than one of them.  A candidate is done when it has
-   ``repeat`` samples *and* has spent ``min_time_s`` in calls (fast calls
-   get more samples, at most ``max_samples``), or -- slow calls -- when it has
-   three samples and has spent ``budget_s``.
-5. precedes every timed call by an untimed call of the same candidate
-   (``primer``; it counts towards the time spent): OpenMP (torch) and Eigen
-   (XLA) worker threads spin for milliseconds after a call, and a core that
-   idled through a single-threaded NumPy call wakes up slowly; on a 2-core
-   machine either slows whichever framework runs next (measured: tcc's
-   logistic 3.6 ms alone, 5.5 ms right after ``torch.sigmoid``), and the
-   untimed call absorbs it.
+4. times the remaining candidates one after another, each in a block of its
+   own calls (``interleave=False``, the default), after a pause of
+   ``SETTLE_S``: worker threads of the framework that ran before spin after
+   its last call -- OpenMP (torch) and Eigen (XLA) for milliseconds,
+   OpenBLAS's (NumPy's BLAS, which tcc's external kernels call) for about
+   2^28 cycles, 0.1 s -- and on a 2-core machine they take the cores from
+   whichever framework runs next: torch's dense layer forward+backward took
+   19.6-24.4 ms alone and 42-44 ms right after a tcc call that ran BLAS, even
+   after one untimed torch call.  With ``interleave=True`` (``--interleave``,
+   the method of the runs before 2026-11-25) the candidates are timed
+   round-robin, one call of each per round, so that a burst of noise hits
+   every framework alike; the load meter (6.) guards the blocks against such
+   bursts instead.  A candidate is done when it has ``repeat`` samples *and*
+   has spent ``min_time_s`` in calls (fast calls get more samples, at most
+   ``max_samples``), or -- slow calls -- when it has three samples and has
+   spent ``budget_s``.
+5. precedes the timed calls by an untimed call of the same candidate
+   (``primer``; it counts towards the time spent) -- every timed call when
+   interleaving, the first of each block otherwise: a core that idled
+   through a single-threaded NumPy call wakes up slowly, and threads of the
+   framework before may still spin (measured: tcc's logistic 3.6 ms alone,
+   5.5 ms right after ``torch.sigmoid``).
 6. meanwhile measures how many cores *other processes* keep busy
    (:class:`LoadMeter`), over windows of consecutive rounds at least
    ``WINDOW_S`` long.  Samples from a window in which others kept more than
@@ -53,6 +62,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("tcc", "jax.jit", "torch", "torch.compile", "numpy")
+SETTLE_S = 0.3      # pause before each candidate's block: other frameworks' worker threads stop spinning
+INTERLEAVE = False  # round-robin timing instead of blocks (--interleave; see the module doc)
 WINDOW_S = 0.25     # calls are grouped into windows of at least this long to measure other processes' load
 
 
@@ -223,26 +234,43 @@ def run_row(
 
     meter.start()
     window_meter.start()
+
+    def timed(cand: Candidate, cell: Cell, prime: bool) -> None:
+        if prime:                                       # untimed: absorbs the switch from the previous framework
+            t0 = time.perf_counter()
+            cand.fn()
+            spent[id(cand)] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cand.fn()
+        dt = time.perf_counter() - t0
+        window.append((cell, dt))
+        pending[id(cell)] = pending.get(id(cell), 0) + 1
+        spent[id(cand)] += dt
+
     try:
-        while True:
+        if not INTERLEAVE:
+            for cand, cell in live:                     # one block per candidate, after a pause
+                time.sleep(SETTLE_S)
+                first = primer
+                while True:
+                    if done(cand, cell):
+                        if window:                      # classify the open window, then look again
+                            close_window()
+                            continue
+                        break
+                    timed(cand, cell, first)
+                    first = False
+                    if window_meter.elapsed() >= WINDOW_S:
+                        close_window()
+        while INTERLEAVE:
             if all(done(c, cell) for c, cell in live):
                 if window:                              # classify the open window, then look again
                     close_window()
                     continue
                 break
             for cand, cell in live:
-                if done(cand, cell):
-                    continue
-                if primer:                              # untimed: absorbs the switch from the previous framework
-                    t0 = time.perf_counter()
-                    cand.fn()
-                    spent[id(cand)] += time.perf_counter() - t0
-                t0 = time.perf_counter()
-                cand.fn()
-                dt = time.perf_counter() - t0
-                window.append((cell, dt))
-                pending[id(cell)] = pending.get(id(cell), 0) + 1
-                spent[id(cand)] += dt
+                if not done(cand, cell):
+                    timed(cand, cell, primer)
             if window_meter.elapsed() >= WINDOW_S:
                 close_window()
         if window:
@@ -520,7 +548,10 @@ def add_options(ap: argparse.ArgumentParser, cases: Sequence[str], *, quick_help
     ap.add_argument("--budget", type=float, default=None, metavar="S", help=budget_help)
     ap.add_argument("--quiet-below", type=float, default=quiet_below, metavar="CORES", help=quiet_help)
     ap.add_argument("--no-primer", action="store_true",
-                    help="do not precede every timed call by an untimed call of the same candidate")
+                    help="do not precede the timed calls by an untimed call of the same candidate")
+    ap.add_argument("--interleave", action="store_true",
+                    help="time the frameworks round-robin, one call each per round, instead of one block each "
+                         "after a pause (the method of the runs before 2026-11-25; see benchmarks/harness.py)")
     names = "".join(f"; {g} = {', '.join(members)}" for g, members in (groups or {}).items())
     ap.add_argument("--case", default=",".join(cases), help=f"comma-separated subset of {', '.join(cases)}{names}")
 
@@ -535,7 +566,10 @@ def chosen_cases(ap: argparse.ArgumentParser, args: argparse.Namespace, cases: S
 
 
 def timing_defaults(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--repeat``, ``--budget`` and ``--min-time`` where not given: their defaults, smaller with ``--quick``."""
+    """``--repeat``, ``--budget`` and ``--min-time`` where not given: their defaults, smaller with ``--quick``;
+    ``--interleave`` sets :data:`INTERLEAVE`."""
+    global INTERLEAVE
+    INTERLEAVE = bool(getattr(args, "interleave", False))
     if args.repeat is None:
         args.repeat = 3 if args.quick else 10
     if args.repeat < 1:
