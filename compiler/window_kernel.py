@@ -119,14 +119,10 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     if not _zeros_are_exact(plan, ap, b, io):
         np.copyto(out, window_contract(spec, ap, b, out.dtype))
         return
-    if plan.a_perm:  # the batch next to the positions (window_plan's merge_loops)
-        ap = ap.transpose(plan.a_perm)
-        ia = tuple(ia[k] for k in plan.a_perm)
-    if any(p != (0, 0) for p in plan.pads) or plan.a_perm:
+    if any(p != (0, 0) for p in plan.pads):
         src = ap
         ap = _scratch_array(20, tuple(n + lo + hi for n, (lo, hi) in zip(src.shape, plan.pads)), out.dtype)
-        if any(p != (0, 0) for p in plan.pads):
-            ap.fill(0)
+        ap.fill(0)
         ap[tuple(slice(lo, lo + n) for n, (lo, _) in zip(src.shape, plan.pads))] = src
     elif not ap.flags.c_contiguous:
         ap = np.ascontiguousarray(ap)

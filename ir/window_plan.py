@@ -15,6 +15,7 @@ from .contraction import Spec, spec_extents, window
 
 __all__ = ["MERGED", "WindowPlan", "padding", "window_plan"]
 
+
 def padding(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> list[tuple[int, int]]:
     """Zeros to add before and after each axis of ``A`` so that every window read is in range."""
     ext, bad = spec_extents(spec, a_shape, b_shape)
@@ -58,57 +59,19 @@ class WindowPlan:
     o_order: tuple[str, ...]         # the result's scratch: offsets in out, looped in out, M and N in out's order
     free_loops: tuple[str, ...]      # offsets and looped indices of the result: different parts of it
     acc_loops: tuple[str, ...]       # offsets and looped indices summed over: products added up
-    a_perm: tuple[int, ...] = ()     # A's axes in the order it is copied into (empty: as stored)
 
 
 def _choose(names: list[str], ext: dict[str, int], prefer: Callable[[str], bool]) -> str:
     return max(names, key=lambda x: (prefer(x), ext[x])) if names else ""
 
 
-def _block_extras(spec: Spec, ext: dict[str, int]) -> list[int]:
-    """A's plain axes that can join the merged positions: those whose index the positions' other
-    holder (the result, or ``B``) has and the third tensor has not -- a batch looped over otherwise."""
-    ia, ib, io = spec
-    wins = [window(x) for x in ia]
-    positions = []
-    for w in wins:
-        if w is not None:
-            u, sign, v = w
-            off_is_v = sign < 0 or ext[v] < ext[u] or (ext[v] == ext[u] and v not in io)
-            positions.append(u if off_is_v else v)
-    holders = {(p in ib, p in io) for p in positions}
-    if len(holders) != 1 or holders == {(True, True)}:
-        return []
-    (in_b, in_o), = holders
-    return [k for k, x in enumerate(ia) if window(x) is None and (x in ib, x in io) == (in_b, in_o)]
+def window_plan(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> WindowPlan:
+    """The plan of ``tcc.window_kernel.run_window`` for these shapes (see that module's docstring).
 
-
-def window_plan(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
-                merge_loops: bool = False) -> WindowPlan:
-    """The plan of :func:`run_window` for these shapes (see the module docstring).
-
-    With ``merge_loops``, the indices that would be looped over beside the
-    merged positions (the batch of a convolution) join them: ``A`` is
-    copied with those axes right before its windows, so that the products
-    of all batch members are one GEMM per kernel offset."""
-    ia = spec[0]
-    if merge_loops:
-        ext, _ = spec_extents(spec, a_shape, b_shape)
-        extras = _block_extras(spec, ext)
-        wins = [k for k, x in enumerate(ia) if window(x) is not None]
-        perm = tuple([k for k in range(len(ia)) if k not in extras and k not in wins] + extras + wins)
-        if extras and wins == list(range(wins[0], wins[0] + len(wins))):
-            plan = _plan((tuple(ia[k] for k in perm), spec[1], spec[2]), tuple(a_shape[k] for k in perm),
-                         b_shape, len(extras))
-            if perm != tuple(range(len(ia))):
-                plan = WindowPlan(**{**plan.__dict__, "a_perm": perm})
-            return plan
-    return _plan(spec, a_shape, b_shape, 0)
-
-
-def _plan(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...], extras: int) -> WindowPlan:
-    """:func:`window_plan` for ``A`` stored as ``spec`` says; the ``extras`` plain axes right before
-    the windows join the merged positions."""
+    The batch of a convolution stays a looped index: copying ``A`` so that it
+    joins the merged positions (9 GEMMs instead of 72 for a 3x3 kernel over a
+    batch of 8) measured slower, the copy costing more than the larger
+    products saved (docs/benchmarks.md)."""
     ia, ib, io = spec
     ext, bad = spec_extents(spec, a_shape, b_shape)
     assert bad is None, bad
@@ -129,9 +92,6 @@ def _plan(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...], extras
     positions = [w.pos for w in wins]
     axes = [w.axis for w in wins]
     holders = {(p in ib, p in io) for p in positions}
-    if extras:
-        axes = list(range(axes[0] - extras, axes[0])) + axes
-        positions = list(ia[axes[0]:axes[extras]]) + positions
     merge = (len(axes) >= 2 and axes == list(range(axes[0], axes[0] + len(axes)))
              and len(holders) == 1 and holders != {(True, True)})
     merged = tuple(positions) if merge else ()
