@@ -193,3 +193,70 @@ def test_runtime_against_the_reference(entry, native, monkeypatch):
         np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
     if not native:
         assert not wk._CALLS
+
+
+MORE = [
+    ((("i + k",), ("k", "i"), ("i",)), (10,), (4, 9)),                                       # padding at the end
+    ((("b", "i + k"), ("k", "o"), ("b", "o", "i")), (3, 10), (4, 5)),                        # one window, a batch
+    ((("c", "i - k", "j + q"), ("k", "q", "c", "o"), ("o", "i", "j")), (3, 6, 7), (2, 3, 3, 4)),  # both signs
+    ((("c", "k + i"), ("c", "i", "o"), ("o", "k")), (3, 9), (3, 5, 4)),                      # a free offset
+]
+
+
+def _naive(spec, a, b):  # noqa: ANN001, ANN202 - every term of the sum, one at a time
+    from itertools import product as cartesian
+
+    from tcc.ir.contraction import spec_extents, window
+
+    ext, _ = spec_extents(spec, a.shape, b.shape)
+    names = sorted(ext)
+    out = np.zeros([ext[x] for x in spec[2]])
+    for values in cartesian(*(range(ext[x]) for x in names)):
+        at = dict(zip(names, values))
+        idx = []
+        for x, e in zip(spec[0], a.shape):
+            w = window(x)
+            pos = at[x] if w is None else at[w[0]] + w[1] * at[w[2]]
+            if not 0 <= pos < e:
+                break
+            idx.append(pos)
+        else:
+            out[tuple(at[x] for x in spec[2])] += a[tuple(idx)] * b[tuple(at[x] for x in spec[1])]
+    return out
+
+
+@pytest.mark.parametrize("spec, ash, bsh", MORE + [(_spec(e), e[1], e[2]) for e in SPECS if len(e[1]) <= 4])
+def test_reference_and_runtime_against_every_term(spec, ash, bsh):
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal(ash), rng.standard_normal(bsh)
+    want = _naive(spec, a, b)
+    np.testing.assert_allclose(window_contract(spec, a, b), want, rtol=1e-12, atol=1e-12)
+    out = np.full(want.shape, np.nan)
+    run_window(spec, a, b, out)
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_concurrent_calls_and_given_outputs():
+    """Scratch space is per calling thread and the plans are shared: four threads calling one compiled
+    gradient at once each get their own right answer, into fresh arrays and into arrays they pass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = conv()
+    grad = tcc.grad(src, of="y", wrt="x,w")
+    g = tcc.compile(grad, threads=1)
+    cases = []
+    for seed in range(4):
+        args = inputs(src, seed=seed)
+        args["dy"] = np.random.default_rng(seed + 10).standard_normal((2, 16, 8, 10))
+        cases.append((args, tcc.run(grad, args)))
+
+    def call(k: int) -> float:
+        args, ref = cases[k % 4]
+        given = {"dx": np.full_like(ref["dx"], np.nan)} if k % 2 else {}
+        got = g(**args, **given)
+        if given:
+            assert got["dx"] is given["dx"]
+        return max(float(np.max(np.abs(got[n] - ref[n]))) for n in ("dx", "dw"))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert max(pool.map(call, range(16))) < 1e-10
