@@ -122,7 +122,9 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     if any(p != (0, 0) for p in plan.pads):
         src = ap
         ap = _scratch_array(20, tuple(n + lo + hi for n, (lo, hi) in zip(src.shape, plan.pads)), out.dtype)
-        ap.fill(0)
+        for k, (lo, hi) in enumerate(plan.pads):  # zeros on the borders only: the inside is copied next
+            ap[(slice(None),) * k + (slice(0, lo),)] = 0
+            ap[(slice(None),) * k + (slice(ap.shape[k] - hi, None),)] = 0
         ap[tuple(slice(lo, lo + n) for n, (lo, _) in zip(src.shape, plan.pads))] = src
     elif not ap.flags.c_contiguous:
         ap = np.ascontiguousarray(ap)
