@@ -129,6 +129,13 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     elif not ap.flags.c_contiguous:
         ap = np.ascontiguousarray(ap)
     _, bp = _pack(b, ib, plan.b_order, plan, 21, zero=True)
+    if plan.fold:  # one shifted copy per value of the folded offset (tcc.ir.window_plan._fold)
+        nf, npos = plan.ext[plan.fold], plan.ext[MERGED]
+        bf = _scratch_array(23, bp.shape[:-2] + (nf, bp.shape[-2], npos + nf - 1), out.dtype)
+        bf.fill(0)
+        for t in range(nf):
+            bf[..., t, :, t:t + npos] = bp
+        bp = bf.reshape(bp.shape[:-2] + (nf * bp.shape[-2], npos + nf - 1))
     full, op = _pack(out, None, plan.o_order, plan, 22, zero=False)
     _products(plan, ia, ap, bp, op)
     _unpack(plan, full, out, io)
@@ -163,13 +170,14 @@ def _a_view(plan: WindowPlan, ia: tuple[str, ...], ap: np.ndarray, at: dict[str,
             start += at.get(x, 0) * s
             strides[x] = s
             continue
-        start += (w.base + w.coef * at[w.off]) * s
+        start += (w.base + w.coef * at.get(w.off, 0)) * s  # a folded offset: 0 (B is shifted instead)
         name = MERGED if w.pos in plan.merged else w.pos
         start += at.get(name, 0) * s if name != MERGED else 0
         strides[name] = s  # for the merged block: the last window axis's stride wins (C order)
     start += at.get(MERGED, 0) * strides.get(MERGED, 0)
     m, kk, _ = plan.gemm_axes
-    shape = (plan.ext[m] if m else 1, plan.ext[kk] if kk else 1)
+    extra = plan.ext[plan.fold] - 1 if plan.fold else 0  # the positions one longer per folded value
+    shape = (plan.ext[m] if m else 1, plan.ext[kk] + extra if kk else 1)
     st = (strides[m] if m else item, strides[kk] if kk else item)
     return as_strided(ap.reshape(-1)[start // item:], shape=shape, strides=st, writeable=False)
 
@@ -182,12 +190,15 @@ def _products(plan: WindowPlan, ia: tuple[str, ...], ap: np.ndarray, bp: np.ndar
     tuples = list(product(*free))
     m, kk, n = plan.gemm_axes
     b_lead = [x for x in plan.b_order if x not in (kk, n)]
-    o_lead = [x for x in plan.o_order if x not in (m, n)]
+    o_lead = [x for x in plan.o_order if x not in (m, n, plan.fold)]
     o_mn = [x for x in plan.o_order if x in (m, n)]
 
     def two_d(x: np.ndarray, lead: list[str], at: dict[str, int], rows: str, cols: str,
               stored: list[str]) -> np.ndarray:
         y = x[tuple(at[v] for v in lead) + (Ellipsis,)]
+        if y.ndim == 3:  # the result with a folded offset: (f, n, m) or (m, f, n), f and n one axis
+            y = y.reshape(y.shape[0] * y.shape[1], y.shape[2]) if stored[0] == cols else \
+                y.reshape(y.shape[0], y.shape[1] * y.shape[2])
         if not rows:
             y = y[None, :] if stored == [cols] else y
         if not cols:

@@ -162,6 +162,7 @@ SPECS = [
     ((("i - k",), ("k",), ("i",)), (20,), (5,)),
     ((("b", "c", "p + i", "q + j"), ("b", "o", "i", "j"), ("o", "c", "p", "q")), (2, 3, 6, 7), (2, 4, 4, 6)),
     ((("b", "o", "h - p", "v - q"), ("o", "c", "p", "q"), ("b", "c", "h", "v")), (2, 4, 4, 6), (4, 3, 3, 2)),
+    ((("b", "c", "p + i", "q + j"), ("b", "o", "i", "j"), ("c", "o", "p", "q")), (2, 3, 6, 7), (2, 4, 4, 6)),
 ]
 
 
@@ -175,8 +176,9 @@ def _spec(entry):  # noqa: ANN001
 @pytest.mark.parametrize("entry", SPECS, ids=lambda e: ",".join(_spec(e)[0]))
 @pytest.mark.parametrize("native", [True, False], ids=["blas", "numpy"])
 def test_runtime_against_the_reference(entry, native, monkeypatch):
-    """Layouts (channels last, 3-D, interleaved), 1-D windows both ways, the two gradients' shapes;
-    with the native BLAS loop and with NumPy's matmul (what runs where no BLAS symbol is found)."""
+    """Layouts (channels last, 3-D, interleaved), 1-D windows both ways, the two gradients' shapes (the
+    weight gradient's with its innermost offset folded, both result orders); with the native BLAS loop
+    and with NumPy's matmul (what runs where no BLAS symbol is found)."""
     import tcc.blas_gemm as bg
     import tcc.window_kernel as wk
 
@@ -193,6 +195,10 @@ def test_runtime_against_the_reference(entry, native, monkeypatch):
         np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
     if not native:
         assert not wk._CALLS
+    if spec[1] == ("b", "o", "i", "j"):
+        from tcc.ir.window_plan import window_plan
+
+        assert window_plan(spec, ash, bsh).fold == "q"
 
 
 MORE = [
