@@ -123,7 +123,9 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
         elif stmt.fn == "matmul":
             flags = getattr(stmt, "transposed", ()) or (False, False)
             a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
-            if a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
+            if out.size == 0:  # nothing to write (an empty column count made reshape(-1, 0) ambiguous)
+                pass
+            elif a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
                 out[...] = 0
             elif a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous and a.size:
                 # a stack of matrices times one matrix is one GEMM on the stacked rows (not one per member)

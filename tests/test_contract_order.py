@@ -325,3 +325,13 @@ def test_derivative_pipelines_order_first_so_value_and_gradients_share_products(
     assert len(externs) == 6, externs
     for n in (0, 1, 6):
         assert_matches_interpreter(g, {"n": n})
+
+
+def test_a_stacked_product_with_no_columns():
+    """Found by the random test above: a stack of matrices times a matrix with no columns (``nj = 0``) made
+    the runtime's one-GEMM reshape ``reshape(-1, 0)``, which NumPy cannot resolve; an empty result is now
+    left as it is."""
+    src = ("input F0[ni, nj], F1[nk], F2[ni, nk, np], F3[np, nj]\n"
+           "T[j, k] = sum[i, p](F0[i, j] * F1[k] * F2[i, k, p] * F3[p, j])\n")
+    for dtype in ("float64", "float32"):
+        assert_matches_interpreter(src, {"ni": 1, "nj": 0, "nk": 1, "np": 1}, dtype, passes=CPU_ALWAYS)
