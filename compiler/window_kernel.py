@@ -199,9 +199,9 @@ def _products(plan: WindowPlan, ia: tuple[str, ...], ap: np.ndarray, bp: np.ndar
     def two_d(x: np.ndarray, lead: list[str], at: dict[str, int], rows: str, cols: str,
               stored: list[str]) -> np.ndarray:
         y = x[tuple(at[v] for v in lead) + (Ellipsis,)]
-        if y.ndim == 3:  # the result with a folded offset: (f, n, m) or (m, f, n), f and n one axis
-            y = y.reshape(y.shape[0] * y.shape[1], y.shape[2]) if stored[0] == cols else \
-                y.reshape(y.shape[0], y.shape[1] * y.shape[2])
+        if x is op and plan.fold:  # the result with a folded offset f: f and n (right after it) one axis
+            k = [v for v in plan.o_order if v not in lead].index(plan.fold)
+            y = y.reshape(y.shape[:k] + (y.shape[k] * y.shape[k + 1],) + y.shape[k + 2:])
         if not rows:
             y = y[None, :] if stored == [cols] else y
         if not cols:
