@@ -129,8 +129,8 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
             ap[(slice(None),) * k + (slice(0, lo),)] = 0
             ap[(slice(None),) * k + (slice(ap.shape[k] - hi, None),)] = 0
         ap[tuple(slice(lo, lo + n) for n, (lo, _) in zip(src.shape, plan.pads))] = src
-    elif not ap.flags.c_contiguous:
-        ap = np.ascontiguousarray(ap)
+    elif ap.strides != _natural_strides(ap):  # the views below take every stride as C order gives it
+        ap = ap.copy(order="C")
     _, bp = _pack(b, ib, plan.b_order, plan, 21, zero=True)
     if plan.fold:  # one shifted copy per value of the folded offset (tcc.ir.window_plan._fold)
         nf, npos = plan.ext[plan.fold], plan.ext[MERGED]
@@ -142,6 +142,13 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     full, op = _pack(out, None, plan.o_order, plan, 22, zero=False)
     _products(plan, ia, ap, bp, op)
     _unpack(plan, full, out, io)
+
+
+def _natural_strides(x: np.ndarray) -> tuple[int, ...]:
+    """The strides of a fresh C-ordered array of ``x``'s shape.  NumPy calls an array C-contiguous
+    whatever the strides of its size-1 axes (``x[..., None]`` has stride 0 there), and the merged
+    positions take their stride from the last window axis: found in review, it read outside ``x``."""
+    return tuple(x.itemsize * math.prod(x.shape[k + 1:]) for k in range(x.ndim))
 
 
 def _finite(x: np.ndarray) -> bool:

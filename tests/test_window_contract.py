@@ -267,3 +267,30 @@ def test_concurrent_calls_and_given_outputs():
 
     with ThreadPoolExecutor(4) as pool:
         assert max(pool.map(call, range(16))) < 1e-10
+
+
+def test_size_one_axes_with_odd_strides_are_copied_first():
+    """NumPy calls ``x[..., None]`` C-contiguous although its last stride is 0, and the merged positions
+    took their stride from that axis: the kernel read the wrong memory, past ``x`` with a huge stride
+    (found in review).  Such an operand is now copied to the strides C order gives."""
+    src = ("input x[2, 16, 40, 1], w[16, 16, 3, 1]\n"
+           "y[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+    f = tcc.compile(src)
+    assert externs(f)
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((16, 16, 3, 1))
+    base = rng.standard_normal((2, 16, 40))
+    for x in (base[:, :, :, None], np.ascontiguousarray(base)[:, :, :, None][..., ::10 ** 9]):
+        assert x.flags.c_contiguous and x.strides[-1] != 8
+        np.testing.assert_allclose(f(x=x, w=w)["y"], tcc.run(src, {"x": x, "w": w})["y"], rtol=1e-12, atol=1e-12)
+
+
+def test_a_window_whose_summed_index_comes_first():
+    """``x[b, c, k - i]`` with ``k`` summed ranges over ``i..min(23, 59 + i)``: rewritten (the bounds the
+    matcher expected for this form were those of ``k + i`` before review) and right."""
+    src = ("input x[16, 16, 60], w[16, 16, 24, 20]\n"
+           "y[b, o, i] = sum[c, k: i..min(23, 59 + i)](x[b, c, k - i] * w[o, c, k, i])\n")
+    f = tcc.compile(src)
+    assert externs(f) == ["extern contract(x[b, c, k - i], w[o, c, k, i]) -> y[b, o, i]"]
+    args = inputs(src, seed=10)
+    np.testing.assert_allclose(f(**args)["y"], tcc.run(src, args)["y"], rtol=1e-12, atol=1e-11)

@@ -101,6 +101,9 @@ def _expected(spec, ext, ea) -> tuple[dict[str, list[Affine]], dict[str, list[Af
         if z == v and sign < 0:      # 0 <= t - z <= e - 1
             lo.setdefault(z, []).append(t - (e - 1))
             hi.setdefault(z, []).append(t)
+        elif sign < 0:                # 0 <= z - t <= e - 1 (the summed index is the window's first)
+            lo.setdefault(z, []).append(t)
+            hi.setdefault(z, []).append(e - 1 + t)
         else:                         # 0 <= t + z <= e - 1
             lo.setdefault(z, []).append(Affine.constant(0) - t)
             hi.setdefault(z, []).append(e - 1 - t)
