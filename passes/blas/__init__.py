@@ -120,6 +120,11 @@ fresh), are ``local``, and are placed right before ``D``; the sum's variable bec
 inner index of both.  The rewritten program is again a program of the
 language: it prints, parses back and runs in the interpreter.
 
+**Stride-1 convolutions.** A sum over two reads, one of them at ``u + v`` or
+``u - v`` on some axes (a convolution and both of its gradients), becomes
+``contract`` with windows (:mod:`.window`): one GEMM per kernel offset at
+run time.
+
 **General contractions, reuse, the quadratic form.**  What these rules
 leave and is a sum over the product of two plain reads (several contracted
 indices, batch indices anywhere, an interleaved result) becomes
@@ -158,7 +163,8 @@ class Blas(Pass):
     name = "blas"
     level = Level.INDEX
     summary = ("contractions D[a, b] = sum[z](left[a, z] * right[z, b]), alone or inside element-wise work, "
-               "become matmul(L, R) definitions, run by BLAS")
+               "become matmul(L, R) definitions, other contractions and stride-1 convolutions contract(...), "
+               "run by BLAS")
 
     # p * q * r below which a product with constant extents keeps its loops
     min_work: int = DEFAULT_MIN_WORK
