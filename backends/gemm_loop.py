@@ -25,26 +25,15 @@ import numpy as np
 
 __all__ = ["gemm_loop"]
 
+#: the fixed arguments of every call, in the order of ``cfg``
+_CFG = ("ta", "tb", "m", "nn", "k", "lda", "ldb", "ldc")
+_LOADS = "".join(f"  %p{i} = getelementptr inbounds i64, ptr %cfg, i64 {i}\n  %{name} = load i64, ptr %p{i}\n"
+                 for i, name in enumerate(_CFG))
+
 _TEMPLATE = r"""
 define void @tcc_gemm_loop_{ch}(ptr %fn, ptr noalias %cfg, ptr noalias %offs, i64 %n, ptr %a, ptr %b, ptr %c) {{
 entry:
-  %p0 = getelementptr inbounds i64, ptr %cfg, i64 0
-  %ta = load i64, ptr %p0
-  %p1 = getelementptr inbounds i64, ptr %cfg, i64 1
-  %tb = load i64, ptr %p1
-  %p2 = getelementptr inbounds i64, ptr %cfg, i64 2
-  %m = load i64, ptr %p2
-  %p3 = getelementptr inbounds i64, ptr %cfg, i64 3
-  %nn = load i64, ptr %p3
-  %p4 = getelementptr inbounds i64, ptr %cfg, i64 4
-  %k = load i64, ptr %p4
-  %p5 = getelementptr inbounds i64, ptr %cfg, i64 5
-  %lda = load i64, ptr %p5
-  %p6 = getelementptr inbounds i64, ptr %cfg, i64 6
-  %ldb = load i64, ptr %p6
-  %p7 = getelementptr inbounds i64, ptr %cfg, i64 7
-  %ldc = load i64, ptr %p7
-  %empty = icmp sle i64 %n, 0
+{loads}  %empty = icmp sle i64 %n, 0
   br i1 %empty, label %exit, label %body
 body:
   %i = phi i64 [ 0, %entry ], [ %i1, %body ]
@@ -85,7 +74,7 @@ def _compiled() -> tuple[object, dict[str, object]]:
 
     with _LOCK:
         initialize_host()
-        ir = "".join(_TEMPLATE.format(ch=ch, real=real) for ch, real in (("d", "double"), ("s", "float")))
+        ir = "".join(_TEMPLATE.format(ch=ch, real=real, loads=_LOADS) for ch, real in (("d", "double"), ("s", "float")))
         mod = llvm.parse_assembly(ir)
         mod.verify()
         engine = llvm.create_mcjit_compiler(mod, new_host_target_machine())

@@ -74,7 +74,9 @@ def _works(f: Any, dtype: Any) -> bool:
     a = np.arange(6, dtype=dtype).reshape(2, 3)
     b = np.arange(12, dtype=dtype).reshape(3, 4)
     c = np.ones((2, 4), dtype)
-    _call(f, a, b, c, 1.0)
+    config = _config(a, b, c)
+    assert config is not None
+    _invoke(f, *config, a, b, c, 1.0)
     return bool(np.array_equal(c, a @ b + 1))
 
 
@@ -105,52 +107,52 @@ def _layout(x: np.ndarray) -> tuple[int, int] | None:
     return None
 
 
+def _config(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[tuple[int, ...], bool] | None:
+    """``((transA, transB, M, N, K, lda, ldb, ldc), swapped)`` of the row-major call computing
+    ``c = a @ b (+ c)`` -- with ``swapped``, the call's first matrix is ``b`` and its second ``a``
+    (``c^T = b^T a^T``, where ``c``'s unit stride is along its rows) -- or ``None`` where BLAS cannot
+    take the views."""
+    m, n = c.shape
+    if c.strides[1] != c.itemsize and n > 1:
+        config = _config(b.T, a.T, c.T)
+        return None if config is None else (config[0], not config[1])
+    la, lb = _layout(a), _layout(b)
+    if la is None or lb is None or not (m == 1 or (c.strides[0] % c.itemsize == 0 and c.strides[0] // c.itemsize >= n)):
+        return None
+    return (la[0], lb[0], m, n, a.shape[1], la[1], lb[1], max(c.strides[0] // c.itemsize, n, 1)), False
+
+
+def _invoke(f: Any, cfg: tuple[int, ...], swapped: bool, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+            beta: float) -> None:
+    ta, tb, m, n, k, lda, ldb, ldc = cfg
+    first, second = (b, a) if swapped else (a, b)
+    f(_ROW_MAJOR, ta, tb, m, n, k, 1.0, first.ctypes.data, lda, second.ctypes.data, ldb, beta, c.ctypes.data, ldc)
+
+
 def gemm_args(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[Any, tuple[int, ...], bool] | None:
     """``(entry point, (transA, transB, M, N, K, lda, ldb, ldc), swapped)`` of the row-major BLAS
-    call computing ``c = a @ b (+ c)`` -- with ``swapped``, the call's first matrix is ``b`` and its
-    second ``a`` (``c^T = b^T a^T``) -- or ``None`` where :func:`gemm` would not call BLAS (no entry
-    point for the dtype, a view BLAS cannot take, an empty product)."""
+    call computing ``c = a @ b (+ c)`` (:func:`_config`), or ``None`` where :func:`gemm` would not
+    call BLAS (no entry point for the dtype, a view BLAS cannot take, an empty product)."""
     m, n = c.shape
     if m == 0 or n == 0 or a.shape[1] == 0:
         return None
-    if c.strides[1] != c.itemsize and n > 1:
-        args = gemm_args(b.T, a.T, c.T)
-        return None if args is None else (args[0], args[1], not args[2])
     f = native().get(c.dtype.char)
-    la, lb = _layout(a), _layout(b)
-    if f is None or la is None or lb is None or not (
-            m == 1 or (c.strides[0] % c.itemsize == 0 and c.strides[0] // c.itemsize >= n)):
-        return None
-    cfg = (la[0], lb[0], m, n, a.shape[1], la[1], lb[1], max(c.strides[0] // c.itemsize, n, 1))
-    return f, cfg, False
-
-
-def _call(f: Any, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
-    la, lb = _layout(a), _layout(b)
-    assert la is not None and lb is not None and (c.strides[1] == c.itemsize or c.shape[1] == 1)
-    m, k = a.shape
-    n = b.shape[1]
-    f(_ROW_MAJOR, la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta,
-      c.ctypes.data, max(c.strides[0] // c.itemsize, n, 1))
+    config = None if f is None else _config(a, b, c)
+    return None if config is None else (f, *config)
 
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
     """``c[...] = a @ b + beta * c`` (``beta`` 0 or 1; ``c`` is not read when 0) for 2-D views of one
     dtype, each with a unit stride along one axis (``a`` and ``b`` may be read transposed)."""
-    m, n = c.shape
-    if m == 0 or n == 0:
-        return
-    if a.shape[1] == 0:
+    if c.size and a.shape[1] == 0:
         if beta == 0:
             c[...] = 0
         return
-    if c.strides[1] != c.itemsize and n > 1:  # C^T = B^T A^T: the unit stride of c is along its rows
-        gemm(b.T, a.T, c.T, beta)
+    args = gemm_args(a, b, c)
+    if args is not None:
+        _invoke(*args, a, b, c, beta)
+    elif c.size == 0:
         return
-    f = native().get(c.dtype.char)
-    if f is not None and _layout(a) is not None and _layout(b) is not None and (
-            m == 1 or (c.strides[0] % c.itemsize == 0 and c.strides[0] // c.itemsize >= n)):
-        _call(f, a, b, c, beta)
     elif beta == 0:
         np.matmul(a, b, out=c)
     else:
