@@ -47,10 +47,10 @@ The steps of one call:
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
-from dataclasses import dataclass
 from itertools import product
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -64,9 +64,18 @@ from .blas_gemm import gemm, gemm_args
 from .contraction_kernel import _scratch_array
 from .window_view import window_contract
 
-__all__ = ["run_window", "window_plan"]
+__all__ = ["run_window"]
 
-_PLANS: dict[Any, WindowPlan] = {}
+#: plans by spec and shapes (the plan tries views and groups: Python worth keeping across calls)
+_plan = functools.lru_cache(maxsize=256)(window_plan)
+
+
+def _positions(full: np.ndarray, order: tuple[str, ...], plan: WindowPlan) -> np.ndarray:
+    """``full`` (axes ``order``, the merged positions widened) with each position cut to its extent."""
+    if not (plan.merged and MERGED in order):
+        return full
+    k = order.index(MERGED)
+    return full[(slice(None),) * k + tuple(slice(0, plan.ext[p]) for p in plan.merged)]
 
 
 def _pack(x: np.ndarray, names: tuple[str, ...] | None, order: tuple[str, ...], plan: WindowPlan, slot: int,
@@ -81,18 +90,15 @@ def _pack(x: np.ndarray, names: tuple[str, ...] | None, order: tuple[str, ...], 
         else:
             shape.append(plan.ext[x_])
     full = _scratch_array(slot, tuple(shape), x.dtype)
-    src_order = [n for o in order for n in (plan.merged if o == MERGED else (o,))]
-    view = full
-    if plan.merged and MERGED in order:
-        k = order.index(MERGED)
-        cut = tuple(slice(None) for _ in range(k)) + tuple(slice(0, plan.ext[p]) for p in plan.merged)
-        if zero:
-            full.fill(0)
-        view = full[cut]
-    if names is not None:
-        np.copyto(view, x.transpose([names.index(n) for n in src_order]))
     if not (plan.merged and MERGED in order):
+        if names is not None:
+            np.copyto(full, x.transpose([names.index(n) for n in order]))
         return full, full
+    if zero:
+        full.fill(0)
+    if names is not None:
+        src_order = [n for o in order for n in (plan.merged if o == MERGED else (o,))]
+        np.copyto(_positions(full, order, plan), x.transpose([names.index(n) for n in src_order]))
     k = order.index(MERGED)
     flat = full.reshape(shape[:k] + [-1] + shape[k + len(plan.merged):])
     return full, flat[(slice(None),) * k + (slice(0, plan.ext[MERGED]),)]
@@ -106,13 +112,7 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     ia, ib, io = spec
     if out.size == 0:
         return
-    key = (spec, a.shape, b.shape)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = window_plan(spec, a.shape, b.shape)
-        if len(_PLANS) > 256:
-            _PLANS.clear()
-        _PLANS[key] = plan
+    plan = _plan(spec, a.shape, b.shape)
     ext = plan.ext
     if any(ext[x] <= 0 for x in ext) or any(n == 0 for n in a.shape + b.shape):
         out[...] = 0
@@ -277,8 +277,4 @@ def _native_calls(plan: WindowPlan, ap: np.ndarray, bp: np.ndarray, op: np.ndarr
 def _unpack(plan: WindowPlan, full: np.ndarray, out: np.ndarray, io: tuple[str, ...]) -> None:
     """Copy the scratch result (``plan.o_order``, positions widened) into ``out``."""
     names = [n for o in plan.o_order for n in (plan.merged if o == MERGED else (o,))]
-    view = full
-    if plan.merged and MERGED in plan.o_order:
-        k = plan.o_order.index(MERGED)
-        view = full[(slice(None),) * k + tuple(slice(0, plan.ext[p]) for p in plan.merged)]
-    np.copyto(out, view.transpose([names.index(x) for x in io]))
+    np.copyto(out, _positions(full, plan.o_order, plan).transpose([names.index(x) for x in io]))
