@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["CONTRACT", "Groups", "Spec", "groups", "check_spec", "contract_result", "format_contract", "has_window",
+__all__ = ["CONTRACT", "Groups", "Spec", "groups", "check_spec", "contract_result", "format_contract", "has_window", "index_names",
            "parse_contract_args", "parse_index_names", "spec_extents", "window", "window_entry"]
 
 #: The name of the contraction extern.
@@ -77,7 +77,7 @@ def has_window(spec: Spec) -> bool:
     return bool(spec) and any(window(x) is not None for x in spec[0])
 
 
-def _names(ix: tuple[str, ...]) -> tuple[str, ...]:
+def index_names(ix: tuple[str, ...]) -> tuple[str, ...]:
     """Every index name of an argument's entries, a window's two included."""
     out: list[str] = []
     for x in ix:
@@ -133,7 +133,7 @@ def _check_windows(spec: Spec) -> str | None:
     """:func:`check_spec` for a spec whose first argument reads windows (see the module docstring)."""
     ia, ib, io = spec
     plain_a = tuple(x for x in ia if window(x) is None)
-    for what, ix in (("first argument", _names(ia)), ("second argument", ib), ("result", io)):
+    for what, ix in (("first argument", index_names(ia)), ("second argument", ib), ("result", io)):
         if len(set(ix)) != len(ix):
             return f"the {what} repeats an index ({', '.join(ix)})"
     for x in ia:
@@ -150,10 +150,10 @@ def _check_windows(spec: Spec) -> str | None:
         if u not in io and u not in ib:
             return f"index '{u}' of the window {x} is summed but not in the second argument"
     for x in plain_a + ib:
-        if x not in io and (x not in _names(ia) or x not in ib):
+        if x not in io and (x not in index_names(ia) or x not in ib):
             return f"index '{x}' is in one argument only and not in the result: a sum over one factor"
     for x in io:
-        if x not in _names(ia) and x not in ib:
+        if x not in index_names(ia) and x not in ib:
             return f"index '{x}' of the result is in neither argument"
     return None
 

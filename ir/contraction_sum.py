@@ -15,47 +15,58 @@ derivative engine writes the input gradient of a convolution:
 """
 from __future__ import annotations
 
-from .contraction import groups, has_window, spec_extents, window
+from typing import Sequence
+
+from .contraction import Spec, groups, has_window, index_names, spec_extents, window
 from .expr import Access, Binary, Expr, MatrixFn, Sum
 from .index import Affine
 from .program import Definition, Program
 
-__all__ = ["expand_contractions"]
+__all__ = ["clipped_bounds", "expand_contractions"]
+
+
+def clipped_bounds(spec: Spec, ea: Sequence[Affine], eb: Sequence[Affine]) -> dict[str, tuple[tuple[Affine, ...], ...]]:
+    """Each summed index's range as ``(lows, highs)`` (a ``max`` and a ``min``): ``0..extent - 1``,
+    clipped by every window it is in to where that read is in ``A`` (``ea``: ``A``'s extents).  The
+    sum a windowed contraction means, and what ``blas`` proves a sum's bounds equal to."""
+    ia, _, io = spec
+    ext, _ = spec_extents(spec, tuple(ea), tuple(eb))
+    var = Affine.var
+    lo: dict[str, list[Affine]] = {}
+    hi: dict[str, list[Affine]] = {}
+    for x, e in zip(ia, ea):
+        w = window(x)
+        if w is None:
+            continue
+        u, sign, v = w
+        z, t = (v, var(u)) if u in io else (u, var(v))
+        # 0 <= u + sign * v <= e - 1, solved for the summed z
+        if z == v and sign < 0:      # 0 <= t - z <= e - 1
+            lo.setdefault(z, []).append(t - (e - 1)), hi.setdefault(z, []).append(t)
+        elif sign < 0:               # 0 <= z - t <= e - 1
+            lo.setdefault(z, []).append(t), hi.setdefault(z, []).append(e - 1 + t)
+        else:                        # 0 <= t + z <= e - 1
+            lo.setdefault(z, []).append(Affine.constant(0) - t), hi.setdefault(z, []).append(e - 1 - t)
+    return {z: ((Affine.constant(0), *lo.get(z, ())), (ext[z] - 1, *hi.get(z, ())))
+            for z in index_names(ia) if z not in io}
 
 
 def _window_sum(d: Definition, program: Program) -> Definition:
     """A windowed ``contract`` as its clipped sum (the module docstring)."""
     body = d.body
     assert isinstance(body, MatrixFn)
-    ia, ib, io = body.spec
+    ia, ib, _ = body.spec
     a, b = body.args
     ea, eb = program.extents_of(a), program.extents_of(b)
     assert ea is not None and eb is not None, "a windowed contraction needs its arguments' extents"
-    ext, _ = spec_extents(body.spec, tuple(ea), tuple(eb))
     var = Affine.var
-    lo: dict[str, list[Affine]] = {}
-    hi: dict[str, list[Affine]] = {}
     entries = []
-    for x, e in zip(ia, ea):
+    for x in ia:
         w = window(x)
-        if w is None:
-            entries.append(var(x))
-            continue
-        u, sign, v = w
-        pos = var(u) + var(v) if sign > 0 else var(u) - var(v)
-        entries.append(pos)
-        z, t = (v, var(u)) if u in io else (u, var(v))
-        # 0 <= pos <= e - 1, solved for the summed z (coefficient sign of v, 1 of u)
-        if z == v and sign < 0:
-            lo.setdefault(z, []).append(t - (e - 1)), hi.setdefault(z, []).append(t)
-        elif z == v or sign > 0:
-            lo.setdefault(z, []).append(Affine.constant(0) - t), hi.setdefault(z, []).append(e - 1 - t)
-        else:
-            lo.setdefault(z, []).append(t), hi.setdefault(z, []).append(e - 1 + t)
+        entries.append(var(x) if w is None else var(w[0]) + var(w[2]) if w[1] > 0 else var(w[0]) - var(w[2]))
     expr: Expr = Binary("*", Access(a, tuple(entries)), Access(b, tuple(var(x) for x in ib)))
-    seen = [n for x in ia for n in ((window(x)[0], window(x)[2]) if window(x) else (x,))]  # type: ignore[index]
-    for z in reversed([n for n in seen if n not in io]):
-        expr = Sum(z, (Affine.constant(0), *lo.get(z, ())), (ext[z] - 1, *hi.get(z, ())), expr)
+    for z, (lo, hi) in reversed(clipped_bounds(body.spec, ea, eb).items()):
+        expr = Sum(z, lo, hi, expr)
     return d.with_body(expr)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 
 from tcc.ir.contraction import CONTRACT, check_spec, spec_extents, window, window_entry
+from tcc.ir.contraction_sum import clipped_bounds
 from tcc.ir.expr import Access, Binary, Expr, MatrixFn, Sum
 from tcc.ir.index import Affine, Compare
 from tcc.ir.window_plan import window_plan
@@ -85,29 +86,6 @@ def _bounds_match(facts, have_lo, have_hi, want_lo, want_hi) -> bool:  # noqa: A
     """``max(have_lo) == max(want_lo)`` and ``min(have_hi) == min(want_hi)``, proved termwise."""
     return (_covers(facts, have_lo, want_lo, "<=") and _covers(facts, want_lo, have_lo, "<=")
             and _covers(facts, have_hi, want_hi, ">=") and _covers(facts, want_hi, have_hi, ">="))
-
-
-def _expected(spec, ext, ea) -> tuple[dict[str, list[Affine]], dict[str, list[Affine]]]:  # noqa: ANN001
-    """Each summed variable's bounds: its extent, clipped by every window it is in."""
-    ia, _, io = spec
-    lo: dict[str, list[Affine]] = {}
-    hi: dict[str, list[Affine]] = {}
-    for x, e in zip(ia, ea):
-        w = window(x)
-        if w is None:
-            continue
-        u, sign, v = w
-        t, z = (Affine.var(u), v) if u in io else (Affine.var(v), u)
-        if z == v and sign < 0:      # 0 <= t - z <= e - 1
-            lo.setdefault(z, []).append(t - (e - 1))
-            hi.setdefault(z, []).append(t)
-        elif sign < 0:                # 0 <= z - t <= e - 1 (the summed index is the window's first)
-            lo.setdefault(z, []).append(t)
-            hi.setdefault(z, []).append(e - 1 + t)
-        else:                         # 0 <= t + z <= e - 1
-            lo.setdefault(z, []).append(Affine.constant(0) - t)
-            hi.setdefault(z, []).append(e - 1 - t)
-    return lo, hi
 
 
 def _gemm_dims(spec, ext) -> tuple[int, int, int] | None:  # noqa: ANN001
@@ -164,11 +142,9 @@ def window_contraction(out: tuple[str, ...], out_ext: tuple[Affine, ...], body: 
     known = facts
     for x, e in zip(out, out_ext):
         known = known.with_range(x, (Affine.constant(0),), (e - 1,))
-    lo, hi = _expected(spec, ext, tuple(ea))
+    want = clipped_bounds(spec, tuple(ea), tuple(eb))  # type: ignore[arg-type]
     for s in sums:
-        want_lo = (Affine.constant(0), *lo.get(s.var, ()))
-        want_hi = (ext[s.var] - 1, *hi.get(s.var, ()))
-        if not _bounds_match(known, s.lo, s.hi, want_lo, want_hi):
+        if not _bounds_match(known, s.lo, s.hi, *want[s.var]):
             return None
     dims = _gemm_dims(spec, ext)
     if dims is None or min(dims) < MIN_DIM:
