@@ -248,31 +248,23 @@ def run_row(
         spent[id(cand)] += dt
 
     try:
-        if not INTERLEAVE:
-            for cand, cell in live:                     # one block per candidate, after a pause
+        # one block per candidate after a pause, or (interleaving) every candidate in each round
+        for group in ([live] if INTERLEAVE else [[c] for c in live]):
+            if not INTERLEAVE:
                 time.sleep(SETTLE_S)
-                first = primer
-                while True:
-                    if done(cand, cell):
-                        if window:                      # classify the open window, then look again
-                            close_window()
-                            continue
-                        break
-                    timed(cand, cell, first)
-                    first = False
-                    if window_meter.elapsed() >= WINDOW_S:
+            first = True
+            while True:
+                if all(done(c, cell) for c, cell in group):
+                    if window:                          # classify the open window, then look again
                         close_window()
-        while INTERLEAVE:
-            if all(done(c, cell) for c, cell in live):
-                if window:                              # classify the open window, then look again
+                        continue
+                    break
+                for cand, cell in group:
+                    if not done(cand, cell):
+                        timed(cand, cell, primer and (first or INTERLEAVE))
+                first = False
+                if window_meter.elapsed() >= WINDOW_S:
                     close_window()
-                    continue
-                break
-            for cand, cell in live:
-                if not done(cand, cell):
-                    timed(cand, cell, primer)
-            if window_meter.elapsed() >= WINDOW_S:
-                close_window()
         if window:
             close_window()
     finally:
