@@ -65,8 +65,7 @@ def test_float32():
 
 
 def test_symbolic_batch_including_an_empty_one():
-    src = ("input x[n, 16, 10, 10], w[16, 16, 3, 3]\n"
-           "y[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+    src = conv(B="n", S=10, T=10, Q=3)
     f = tcc.compile(src)
     assert externs(f)
     rng = np.random.default_rng(2)
@@ -273,8 +272,7 @@ def test_size_one_axes_with_odd_strides_are_copied_first():
     """NumPy calls ``x[..., None]`` C-contiguous although its last stride is 0, and the merged positions
     took their stride from that axis: the kernel read the wrong memory, past ``x`` with a huge stride
     (found in review).  Such an operand is now copied to the strides C order gives."""
-    src = ("input x[2, 16, 40, 1], w[16, 16, 3, 1]\n"
-           "y[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
+    src = conv(S=40, T=1, Q=1)
     f = tcc.compile(src)
     assert externs(f)
     rng = np.random.default_rng(9)
