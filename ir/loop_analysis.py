@@ -19,6 +19,7 @@ alone.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator, Sequence
@@ -290,6 +291,39 @@ def owns(ix: Affine, var: str, outer: set[str]) -> bool:
     using only ``outer`` names: distinct values of ``var`` touch distinct
     elements once ``outer`` is fixed (``fuse`` and ``parallel``'s independence test)."""
     return strides_with(ix, var) and set(ix.names()) - {var} <= outer
+
+
+def constant_trips(loop: For) -> int | None:
+    """The trip count of a loop with one lower and one upper bound a constant apart, else None."""
+    if len(loop.lo) != 1 or len(loop.hi) != 1:
+        return None
+    d = loop.hi[0] - loop.lo[0]
+    return max(0, d.const + 1) if d.is_constant else None
+
+
+def residue_separates(ix: Affine, var: str, trips: int | None, inner: set[str] | frozenset[str]) -> bool:
+    """``ix`` is ``c*var + k_1*t_1 + ... + rest`` where the ``t_j`` are ``inner`` loop variables
+    (outside ``//``/``%``), ``rest`` is free of them, and the ``k_j`` share a factor
+    ``m >= |c| * trips`` (``trips``: ``var``'s constant trip count).
+
+    Then distinct values of ``var`` touch distinct elements whatever the
+    ``t_j`` are: two iterations meeting would need ``c*(v1 - v2) + (d1 - d2)``
+    to be a multiple of ``m`` while its magnitude is below ``|c| * trips`` (the
+    constants ``d`` of a strip span less than ``|c|``), so it is zero, and then
+    ``v1 = v2``.  ``privatize`` deals rows ``P*t + p`` to the parts ``p`` of
+    its part loop (``0 <= p < P``): this is the rule that lets them run at once.
+    """
+    if trips is None or not strides_with(ix, var):
+        return False
+    used = set(ix.names()) & set(inner)
+    if not used:
+        return False
+    m = 0
+    for t in used:
+        if not strides_with(ix, t):
+            return False
+        m = math.gcd(m, abs(ix.coeff(t)))
+    return m >= abs(ix.coeff(var)) * trips
 
 
 def stride_cost(var: str, values: "list[Expr] | tuple[Expr, ...]", buffers: "set[str] | dict[str, int]") -> int:

@@ -45,6 +45,11 @@ rejected loop may be fine; an accepted one is).  In ``parallel for v``:
   ``y[i + 1]`` a race, as they are.  One relaxation: the expressions may
   differ by constants spanning less than ``|c|`` (``y[4*s]`` .. ``y[4*s + 3]``,
   what strip-mining writes): those never meet across iterations either.
+  Another: ``rest`` may hold loop variables declared inside when all their
+  coefficients are multiples of some ``m >= |c|`` times ``v``'s constant trip
+  count (``privatize``'s rows ``P*t + p`` in ``parallel for p in 0..P-1``):
+  ``c*v`` then fixes the residue mod ``m``
+  (:func:`tcc.ir.loop_analysis.residue_separates`).
 
 Errors are :class:`~tcc.diagnostics.TccError` s; when the program came from
 :func:`tcc.ir.loops_parser.parse_loop_program` they carry the location of the
@@ -77,7 +82,7 @@ from .loops import (
     Store,
     walk_stmts,
 )
-from .loop_analysis import strides_with
+from .loop_analysis import constant_trips, residue_separates, strides_with
 from .diagnostics import Loc, SourceMap
 
 __all__ = ["verify_loops"]
@@ -448,7 +453,9 @@ class _Verifier:
                 raise self.error(
                     f"parallel loop '{v}' may race: every iteration writes the 0-d buffer '{name}'", first.stmt
                 )
-            candidates = [p for p, ix in enumerate(first.indices) if _separates(ix, v, first.inner)]
+            trips = constant_trips(par.stmt)
+            candidates = [p for p, ix in enumerate(first.indices)
+                          if _separates(ix, v, first.inner) or residue_separates(ix, v, trips, first.inner)]
             if not candidates:
                 raise self.error(
                     f"parallel loop '{v}' may race: no index of {ref} is '{v}' times a nonzero constant"

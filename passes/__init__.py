@@ -48,6 +48,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "reduce-in-place": "tcc.passes.reduce_in_place:ReduceInPlace",
     "unroll-jam": "tcc.passes.unroll_jam:UnrollJam",
     "fuse-rows": "tcc.passes.fuse_rows:FuseRows",
+    "privatize": "tcc.passes.privatize:Privatize",
     "tile": "tcc.passes.tile:Tile",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",

@@ -15,7 +15,10 @@ and ``r`` made of sizes only (no variable of a loop inside).  That
 expression is one to one in ``v``, so iteration ``v`` only touches elements
 whose coordinate there is its own (the expressions may also differ by
 constants spanning less than ``|c|``, as strip-mined code's ``y[4*s]`` ..
-``y[4*s + 3]`` do).  A 0-d buffer written inside (a scalar
+``y[4*s + 3]`` do).  One more form is one to one: ``c*v + P*t + r`` where
+``t`` is a loop inside and every such term's coefficient is a multiple of
+some ``m >= |c|`` times ``v``'s constant trip count -- ``privatize``'s rows
+``P*t + p`` of part ``p``.  A 0-d buffer written inside (a scalar
 result), two different writes ``y[i]`` and ``y[i + 1]``, or a read of a
 written buffer at another index (``y[i - 1]``) fail the test.  This is
 exactly the rule :func:`tcc.ir.loops_verifier.verify_loops` checks, so
@@ -42,7 +45,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.index import Affine
-from tcc.ir.loop_analysis import buffer_accesses, owns
+from tcc.ir.loop_analysis import buffer_accesses, constant_trips, owns, residue_separates
 from tcc.ir.loops import For, Kernel, LoopProgram
 from tcc.passes.pass_base import Level, Pass, PassContext
 
@@ -67,7 +70,7 @@ def race(loop: For, buffers: set[str], sizes: set[str], explain: bool = True) ->
         of_name = [ix for n, ix, _ in accesses if n == name]
         first = of_name[0]
         if not any(
-            owns(e, loop.var, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
+            _one_to_one(e, loop, sizes) and all(len(ix) == len(first) for ix in of_name) and _strip(of_name, p, e, loop.var)
             for p, e in enumerate(first)
         ):
             if not explain:
@@ -79,6 +82,14 @@ def race(loop: For, buffers: set[str], sizes: set[str], explain: bool = True) ->
             return (f"{name} is written but no index position is {loop.var} times a constant plus sizes, "
                     f"the same in every access: {', '.join(seen[:3])}{more}")
     return None
+
+
+def _one_to_one(e: Affine, loop: For, sizes: set[str]) -> bool:
+    """``e`` is ``c*v + r`` with ``r`` of sizes, or ``v``'s residue form (``P*t + p``,
+    :func:`tcc.ir.loop_analysis.residue_separates`): distinct ``v`` touch distinct elements."""
+    if owns(e, loop.var, sizes):
+        return True
+    return residue_separates(e, loop.var, constant_trips(loop), set(e.names()) - sizes - {loop.var})
 
 
 def _strip(of_name: list, p: int, e: Affine, var: str) -> bool:
