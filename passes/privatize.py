@@ -17,7 +17,7 @@ columns, and a second kernel adds the ``P`` partial rows::
     kernel dg {                           kernel <host> {
       for c in 0..C-1 {                     for p in 0..P-1 {           # parallel: parts write their own row
         local acc = 0                         for c { dg_part[p, c] = 0 }
-        for a in 0..A-1 {          ==>        for t in ceil(-p/P)..floor((A-1-p)/P) {
+        for a in 0..A-1 {          ==>        for t in 0..(A-1-p) // P {
           acc += E(a, c)                        <the host's row body at a = P*t + p>
         }                                       for c { dg_part[p, c] += E(P*t + p, c) }
         dg[c] = acc                           }
@@ -218,8 +218,8 @@ class _Privatizer:
         column_var: dict[tuple[Affine, Affine], str] = {}  # one column loop per bounds
         p, t = self.fresh("p"), self.fresh("t")
         pv = Affine.var(p)
-        row = Affine.var(t) * P + pv
         lo, hi = host.rows.lo[0], host.rows.hi[0]
+        row = lo + Affine.var(t) * P + pv  # part p takes rows lo + p, lo + p + P, ...
         zeros: dict[tuple[Affine, Affine], list[Stmt]] = {}  # by column bounds: equal bounds share one loop
         adds: dict[tuple[Affine, Affine], list[Stmt]] = {}
         temps: list[Buffer] = []
@@ -242,7 +242,7 @@ class _Privatizer:
         if host.row_kernel is not None:
             loop = host.row_kernel.body[0]
             own = substitute_stmts(loop.body, {loop.var: row})
-        rows = For(t, ((lo - pv).ceildiv(P),), ((hi - pv).floordiv(P),), own + add_loops)
+        rows = For(t, (Affine.constant(0),), ((hi - lo - pv).floordiv(P),), own + add_loops)
         outer = For(p, (Affine.constant(0),), (Affine.constant(P - 1),), zero_loops + (rows,))
         name = host.row_kernel.name if host.row_kernel is not None else self.fresh("_".join(c.kernel.name for c in host.groups) + "_rows")
         return Kernel(name, (outer,)), temps
