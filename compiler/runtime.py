@@ -57,6 +57,7 @@ from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_outp
 from tcc.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import IndexCache
+from tcc.result_pool import ResultPool
 from tcc.scratch_pool import ScratchPool, reuse
 from tcc.sizes import bind_sizes, extents_shape, format_decl
 
@@ -394,6 +395,7 @@ class CompiledProgram:
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
         self._index_cache = IndexCache()  # validated and derived index arrays, reused while the inputs are equal
         self._pool = ScratchPool()  # the intermediates' arrays, from one call to the next
+        self._results = ResultPool()  # results' arrays, reused once the caller has let go of them
         self._reorder: Any = None  # tcc.reorder.CallTimeOrder: other contraction orders, by the call's sizes
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
@@ -508,6 +510,7 @@ class CompiledProgram:
             raise CallError(exc.message, exc.loc, exc.source) from None
         buffers.update(self._index_cache.check(self.program, buffers, sizes))
         scratch = self._scratch if kept is not None else frozenset()
+        zeroed = getattr(self.executable, "zeroed_buffers", ())
         for b in self.loops.buffers:
             if b.role == "input":
                 continue
@@ -521,6 +524,8 @@ class CompiledProgram:
                 buffers[b.name] = self._check_output(b.name, arrays[b.name], shape)
             elif b.name in scratch:
                 buffers[b.name] = reuse(kept, b.name, shape, self.dtype, lambda: self._new_buffer(b.name, shape))
+            elif kept is not None and b.name in self.results and b.name not in zeroed:
+                buffers[b.name] = self._results.take(b.name, shape, self.dtype, lambda: self._new_buffer(b.name, shape))
             else:
                 buffers[b.name] = self._new_buffer(b.name, shape)
         given = [n for n in self.results if n in arrays]
@@ -587,6 +592,7 @@ class CompiledProgram:
         """Free the intermediates' memory kept for the next call (it is allocated again when needed), the
         call-time contraction-order variants' included."""
         self._pool.clear()
+        self._results.clear()
         for variant in getattr(self._reorder, "variants", {}).values():
             variant.release_scratch()
 
