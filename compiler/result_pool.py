@@ -21,7 +21,9 @@ CPython keeps exactly; the baseline count of an array held by the pool
 alone is measured once (:data:`_ALONE`), not assumed.  A raw pointer kept
 without the array (``a.ctypes.data`` as an integer) is not a reference, and
 using it after dropping the array is a use-after-free with NumPy's own
-allocator as well.
+allocator as well.  Nor is a ``weakref.ref``: where it went dead when the
+caller dropped the result, it now stays alive, pointing at an array later
+calls write into.
 
 At most :data:`KEPT_PER_RESULT` arrays are kept per result name (a caller
 that holds the previous call's result while making the next call uses two),

@@ -191,7 +191,10 @@ class _Privatizer:
         return True
 
     # -- placing ------------------------------------------------------------------
-    def host_for(self, col: _Column, kernels: tuple[Kernel, ...], hosts: dict[int, _Host]) -> _Host | None:
+    def host_for(self, col: _Column, kernels: tuple[Kernel, ...], hosts: dict[int, _Host],
+                 grouped: set[int]) -> _Host | None:
+        """Where ``col``'s partial rows go; ``grouped``: kernels already privatised (never hosts: their
+        own reduction moved out, so hosting there would compute it twice)."""
         parts = self.parts(col.rows)
         if parts < 2:
             logger.debug("kernel %s: fewer than %d rows per part for 2 parts", col.kernel.name, self.min_rows)
@@ -200,9 +203,13 @@ class _Privatizer:
             k = kernels[j]
             writes = all_writes(k.body) if k.extern is None else {k.extern.out}
             if writes & col.reads:
+                # a host (new or taken) must pass the producer test for every reduction it takes: one that
+                # reads the host's rows elsewhere (mu[63 - a]) would read rows not yet computed
                 if j in hosts and hosts[j].row_kernel is not None:
-                    return hosts[j] if (hosts[j].rows.lo, hosts[j].rows.hi) == (col.rows.lo, col.rows.hi) else None
-                if j not in hosts and self.producer(k, col):
+                    if (hosts[j].rows.lo, hosts[j].rows.hi) == (col.rows.lo, col.rows.hi) and self.producer(k, col):
+                        return hosts[j]
+                    break
+                if j not in hosts and j not in grouped and self.producer(k, col):
                     hosts[j] = _Host(j, k.body[0], parts, row_kernel=k)
                     return hosts[j]
                 break
@@ -262,7 +269,7 @@ class _Privatizer:
             col = self.column(i, k)
             if col is None:
                 continue
-            host = self.host_for(col, kernels, hosts)
+            host = self.host_for(col, kernels, hosts, set(combines))
             if host is None:
                 continue
             host.groups.append(col)

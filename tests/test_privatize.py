@@ -141,6 +141,28 @@ s[c] = sum[a](u[63 - a, c] * X[a, c])
     assert_matches_interpreter(program)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_second_reduction_reading_another_row_of_the_host_gets_its_own_kernel(threads: int) -> None:
+    # found in review: u joined mu's kernel (which s had made a host) without the producer test, and read
+    # mu[63 - a] before that row was computed
+    src = """input X[64, 16]
+local mu[64]
+output s[16], u[16]
+mu[a] = sum[c](X[a, c])
+s[c] = sum[a](X[a, c] * mu[a])
+u[c] = sum[a](X[a, c] * mu[63 - a])
+"""
+    program = tcc.parse(src)
+    text = _loops(program)
+    assert "s_part[p, " in _kernel(text, "mu") and "u_part" not in _kernel(text, "mu")
+    assert "kernel u_rows" in text
+    X = np.random.default_rng(1).uniform(0.25, 0.75, (64, 16))
+    f = tcc.compile(program, threads=threads)
+    got = f(X=X)
+    np.testing.assert_allclose(got["u"], (X * X.sum(1)[::-1, None]).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(got["s"], (X * X.sum(1)[:, None]).sum(0), rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # values
 # ---------------------------------------------------------------------------
