@@ -149,8 +149,7 @@ class Parallel(Pass):
     depth: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
-            raise ValueError(f"depth must be a positive integer, not {self.depth!r}")
+        self.check_ints("depth")
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
         return parallelize(program, self.depth)

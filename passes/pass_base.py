@@ -42,6 +42,16 @@ class Pass:
     def run(self, program: Any, ctx: PassContext) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def check_ints(self, *names: str, zero: bool = False) -> None:
+        """Refuse an option among ``names`` that is not a positive integer (non-negative with ``zero``;
+        booleans refused: ``True`` is an int to Python, never a count to a pass), in the pipeline
+        string's spelling: ``min-rows must be a positive integer, not 0``."""
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero else 1):
+                kind = "non-negative" if zero else "positive"
+                raise ValueError(f"{name.replace('_', '-')} must be a {kind} integer, not {value!r}")
+
     @property
     def output_level(self) -> Level:
         return self.produces or self.level

@@ -79,7 +79,6 @@ from tcc.ir.loop_analysis import (
     read_names,
     stride_cost,
     substitute_stmts,
-    walk_stmts,
 )
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.parallel import race_free
@@ -205,14 +204,10 @@ class _Privatizer:
             if writes & col.reads:
                 # a host (new or taken) must pass the producer test for every reduction it takes: one that
                 # reads the host's rows elsewhere (mu[63 - a]) would read rows not yet computed
-                if j in hosts and hosts[j].row_kernel is not None:
-                    if (hosts[j].rows.lo, hosts[j].rows.hi) == (col.rows.lo, col.rows.hi) and self.producer(k, col):
-                        return hosts[j]
-                    break
-                if j not in hosts and j not in grouped and self.producer(k, col):
-                    hosts[j] = _Host(j, k.body[0], parts, row_kernel=k)
-                    return hosts[j]
-                break
+                if (j not in grouped and (j not in hosts or hosts[j].row_kernel is not None)
+                        and self.producer(k, col)):  # the producer's bounds are col's rows
+                    return hosts.setdefault(j, _Host(j, k.body[0], parts, row_kernel=k))
+                break  # no host before this writer: a kernel of its own
             host = hosts.get(j)
             if host is not None and (host.rows.lo, host.rows.hi) == (col.rows.lo, col.rows.hi):
                 return host
@@ -317,10 +312,7 @@ class Privatize(Pass):
     max_row_bytes: int = 1 << 16
 
     def __post_init__(self) -> None:
-        for field_name in ("min_rows", "max_parts", "max_row_bytes"):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field_name.replace('_', '-')} must be a positive integer, not {value!r}")
+        self.check_ints("min_rows", "max_parts", "max_row_bytes")
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
         return privatize(program, self.min_rows, self.max_parts, self.max_row_bytes)

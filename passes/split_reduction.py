@@ -263,10 +263,7 @@ class SplitReduction(Pass):
     max_parts: int = 1024
 
     def __post_init__(self) -> None:
-        for field_name in ("threads", "min_work", "max_parts"):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field_name.replace('_', '-')} must be a positive integer, not {value!r}")
+        self.check_ints("threads", "min_work", "max_parts")
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
         return split_reductions(program, self.threads, self.min_work, self.max_parts)

@@ -510,10 +510,8 @@ class Tile(Pass):
     max_accumulators: int = 32
 
     def __post_init__(self) -> None:
-        for f in ("vector_bytes", "vectors", "max_accumulators"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if f == "vector_bytes" else 1):
-                raise ValueError(f"{f.replace('_', '-')} must be a {'non-negative' if f == 'vector_bytes' else 'positive'} integer, not {v!r}")
+        self.check_ints("vector_bytes", zero=True)
+        self.check_ints("vectors", "max_accumulators")
 
     def run(self, program: LoopProgram, ctx: PassContext) -> LoopProgram:
         return tile_program(program, self.vector_bytes, self.vectors, self.max_accumulators)
