@@ -49,6 +49,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "unroll-jam": "tcc.passes.unroll_jam:UnrollJam",
     "fuse-rows": "tcc.passes.fuse_rows:FuseRows",
     "privatize": "tcc.passes.privatize:Privatize",
+    "matvec-pair": "tcc.passes.matvec_pair:MatvecPair",
     "tile": "tcc.passes.tile:Tile",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",

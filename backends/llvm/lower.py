@@ -107,6 +107,7 @@ class _KernelLowering(KernelEntries, ExprLowering):
         self.target = target
         self.reassociate = reassociate
         self.loop_vars: list[str] = []
+        self.shapes = {b.name: b.shape for b in program.buffers}
         # a*b + c may become one fused multiply-add (one rounding instead of two)
         self.arith_flags: tuple[str, ...] = ("contract",) if contract else ()
         self.where = f"kernel '{kernel.name}'"
@@ -221,9 +222,10 @@ class _KernelLowering(KernelEntries, ExprLowering):
         for n in postorder(s.value):
             if not isinstance(n, Access) or not n.indices:
                 continue
-            if any(var in ix.names() for ix in n.indices[:-1]):
+            indices = self.walking_indices(n)
+            if any(var in ix.names() for ix in indices[:-1]):
                 return ()
-            last = n.indices[-1]
+            last = indices[-1]
             if var in last.names():
                 inside_division = any(
                     not isinstance(a, str) and var in atom_names(a) for a in last.atoms()
@@ -232,6 +234,18 @@ class _KernelLowering(KernelEntries, ExprLowering):
                     return ()
                 unit = True
         return ("reassoc",) if unit else ()
+
+    def walking_indices(self, n: Access) -> tuple[Affine, ...]:
+        """``n``'s indices without the trailing positions of extent 1: a column ``f_rhs[c, 0]`` of an
+        ``N x 1`` buffer walks memory along ``c`` with stride 1, as ``x[c]`` does."""
+        shape = self.shapes.get(n.tensor)
+        indices = n.indices
+        while shape is not None and len(indices) > 1 and len(shape) == len(n.indices):
+            ext = shape[len(indices) - 1]
+            if not (ext.is_constant and ext.const == 1):
+                break
+            indices = indices[:-1]
+        return indices
 
     def lower_for(self, s: For, idx: dict, scalars: dict, chunked: bool = False) -> None:
         b = self.b
