@@ -58,6 +58,15 @@ cannot shrink to one row.  With ``tcc.compile(..., results=...)`` the cheap
 ones never get here: ``rematerialize`` recomputes them where they are read.  ``temp`` buffers the chain only reads at the row it stored are
 forwarded and then dropped by ``reuse-buffers``.
 
+**Repeated reductions.**  Once the chain shares the row loop, a reduction
+that the body computes a second time -- ``local acc2 = 0; for v { acc2 +=
+E }`` with the same range and ``E`` as an earlier one, and nothing written
+between to what ``E`` reads or to the first accumulator -- becomes ``let
+acc2 = acc1`` (:func:`share_reductions`).  The chain rule writes such
+repeats: layer normalisation's gradient defines ``dxc_t = sqrt(sum[c](xc[a,
+c]**2) / C + eps)`` beside ``r = 1 / sqrt(<the same>)``, which made one of
+the row body's passes over the row a second sum of squares.
+
 Not in the GPU pipeline: there a kernel gets one thread per element of its
 perfectly nested parallel loops (``parallel{depth=8}``), and a fused row
 kernel would run ``xc`` and ``Y`` with one thread per row, 1024 elements
@@ -68,8 +77,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tcc.ir.loop_analysis import buffer_accesses
-from tcc.ir.loops import For, Kernel, LoopProgram
+from tcc.ir.expr import Access, Const, Expr, postorder
+from tcc.ir.index import Affine
+from tcc.ir.loop_analysis import all_writes, buffer_accesses, substitute_stmts
+from tcc.ir.loops import Accumulate, For, Kernel, Let, Local, LoopProgram, Stmt
 from tcc.passes.fuse import Fuser
 from tcc.passes.parallel import race_free
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -99,6 +110,60 @@ def _fuse_pair(fuser: Fuser, k1: Kernel, k2: Kernel, buffers: set[str], sizes: s
     return fused if loop is not None and race_free(loop, buffers, sizes) else None
 
 
+def _reduction(block: tuple[Stmt, ...], i: int) -> tuple[str, For, Expr] | None:
+    """``(acc, loop, E)`` where ``block[i:i + 2]`` is ``local acc = 0; for v { acc += E }``."""
+    if i + 1 >= len(block):
+        return None
+    local, loop = block[i], block[i + 1]
+    if not (isinstance(local, Local) and isinstance(local.init, Const) and local.init.value == 0):
+        return None
+    if not (isinstance(loop, For) and len(loop.body) == 1 and isinstance(loop.body[0], Accumulate)):
+        return None
+    add = loop.body[0]
+    if add.target != local.name or add.indices:
+        return None
+    return local.name, loop, add.value
+
+
+def share_reductions(kernel: Kernel) -> Kernel:
+    """A reduction that a fused row body computes again -- the same sum over the same range, nothing
+    written between to what it reads -- becomes ``let acc2 = acc1``.
+
+    The chain rule writes such repeats: layer normalisation's gradient defines
+    ``dxc_t = sqrt(sum[c](xc[a, c]**2) / C + eps)`` beside ``r = 1 / sqrt(<the same>)``,
+    and once ``r`` and ``dxc_t`` share the row loop, the second pass over the row is waste.
+    """
+    loop = _one_loop(kernel)
+    if loop is None:
+        return kernel
+    block = list(loop.body)
+    changed = False
+    for i in range(len(block)):
+        first = _reduction(tuple(block), i) if block[i] is not None else None
+        if first is None:
+            continue
+        acc1, loop1, e1 = first
+        reads = {n.tensor for n in postorder(e1) if isinstance(n, Access)}  # buffers and scalars (mu_v)
+        for j in range(i + 2, len(block)):
+            if block[j] is None:
+                continue
+            second = _reduction(tuple(block), j)
+            if second is not None:
+                acc2, loop2, e2 = second
+                same = substitute_stmts(loop2.body, {loop2.var: Affine.var(loop1.var)})
+                rest = tuple(st for st in block[j + 2:] if st is not None)
+                if ((loop2.lo, loop2.hi) == (loop1.lo, loop1.hi) and same == (Accumulate(acc2, (), e1),)
+                        and acc2 not in all_writes(rest)):
+                    block[j], block[j + 1] = Let(acc2, Access(acc1, ())), None
+                    changed = True
+                    continue
+            if all_writes((block[j],)) & (reads | {acc1}):
+                break  # what the sum reads changes from here on
+    if not changed:
+        return kernel
+    return replace(kernel, body=(replace(loop, body=tuple(st for st in block if st is not None)),))
+
+
 def fuse_rows_program(program: LoopProgram) -> LoopProgram:
     """Fuse each run of consecutive chained kernels whose fused loop stays parallel, to a fixpoint.
 
@@ -110,8 +175,10 @@ def fuse_rows_program(program: LoopProgram) -> LoopProgram:
     while True:
         fused = _sweep(program)
         if fused is program:
-            return program
+            break
         program = fused
+    kernels = tuple(share_reductions(k) for k in program.kernels)
+    return program if kernels == program.kernels else replace(program, kernels=kernels)
 
 
 def _sweep(program: LoopProgram) -> LoopProgram:

@@ -148,6 +148,69 @@ def test_layernorm_gradient_fuses_its_row_chain():
     assert_matches_interpreter(g, {"n": 7, "m": 5}, "float32", threads=2)
 
 
+def test_the_gradient_sums_each_row_of_squares_once():
+    # dxc_t = sqrt(sum[c](xc[a, c]**2) / 7 + eps) repeats r's sum: once they share the row loop, it is r's
+    program = tcc.grad(tcc.parse(LAYERNORM), of="Y", wrt=["X", "g", "b"], value=True)
+    for results in (None, ["Y", "dX", "dg", "db"]):   # with results=, rematerialize inlines xc: (X - mu_v)**2
+        text = str(tcc.compile(program, results=results).loops)
+        row = text[text.index("kernel mu_"): text.index("\n}\n")]
+        assert "let dxc_t_acc = r_acc" in row
+        assert row.count("xc[a, c]**2") + row.count("mu_v)**2") == 1   # one pass over the row for both sums
+    assert_matches_interpreter(program, {"n": 5, "m": 7}, threads=2)
+    assert_matches_interpreter(program, {"n": 1, "m": 1}, "float32")
+
+
+SHARED = """input X[4, 8]
+output s[4], u[4], w[4, 8]
+
+kernel s {{
+  parallel for a in 0..3 {{
+    local s_acc = 0
+    for c in 0..7 {{
+      s_acc += X[a, c] * X[a, c]
+    }}
+    s[a] = s_acc
+    {between}
+    local u_acc = 0
+    for k in 0..{hi} {{
+      u_acc += X[a, k] * X[a, k]
+    }}
+    u[a] = u_acc
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize("between, hi, shared", [
+    ("w[a, 0] = 1", 7, True),                    # writes nothing the sum reads
+    ("", 6, False),                              # another range
+    ("s_acc += 1", 7, False),                    # the first accumulator changes
+])
+def test_a_repeated_reduction_is_shared_only_when_it_is_the_same_value(between: str, hi: int, shared: bool):
+    from tcc.passes.fuse_rows import share_reductions
+
+    program = parse_loop_program(SHARED.format(between=between, hi=hi))
+    out = share_reductions(program.kernels[0])
+    assert ("let u_acc = s_acc" in str(replace_kernels(program, out))) is shared
+    if shared:
+        verify_loops(replace_kernels(program, out))
+
+
+def test_a_write_between_to_what_the_sum_reads_keeps_both():
+    from tcc.passes.fuse_rows import share_reductions
+
+    src = SHARED.format(between="for c2 in 0..7 {\n      w[a, c2] = 1\n    }", hi=7).replace(
+        "X[a, k] * X[a, k]", "w[a, k] * w[a, k]").replace("X[a, c] * X[a, c]", "w[a, c] * w[a, c]")
+    program = parse_loop_program(src)
+    assert share_reductions(program.kernels[0]) == program.kernels[0]
+
+
+def replace_kernels(program: LoopProgram, kernel) -> LoopProgram:
+    from dataclasses import replace
+
+    return replace(program, kernels=(kernel,))
+
+
 def test_cuda_sim_keeps_one_kernel_per_nest():
     p = tcc.transform(LAYERNORM, "infer-ranges")
     gpu = [k.name for k in run_pipeline(p, DEFAULT_GPU_PIPELINE).kernels]
