@@ -34,6 +34,7 @@ import llvmlite.binding as llvm
 from tcc.ir.loops import For, Kernel, LoopProgram, children
 from tcc.ir.index import lookups
 
+from .array_address import data_addresses
 from .target import Call, Executable
 from .zero_fill import zero_fills
 
@@ -191,7 +192,7 @@ class CpuExecutable(Executable):
     def arguments(self, call: Call) -> tuple[Any, Any]:
         """The ctypes arrays of buffer pointers and sizes every kernel takes (in the program's order)."""
         order = self.program.buffers
-        ptrs = (ctypes.c_void_p * max(1, len(order)))(*[call.buffers[b.name].ctypes.data for b in order])
+        ptrs = (ctypes.c_void_p * max(1, len(order)))(*data_addresses(call.buffers[b.name] for b in order))
         sizes = (ctypes.c_int64 * max(1, len(self.program.sizes)))(*[call.sizes[s] for s in self.program.sizes])
         return ptrs, sizes
 
