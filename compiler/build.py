@@ -198,8 +198,13 @@ def results_program(program: Any, results: Sequence[str]) -> Program:
 
 
 def with_rematerialize(pipeline: str) -> str:
-    """``pipeline`` with ``rematerialize`` after ``contract-order`` (or ``infer-ranges``, or first)."""
+    """``pipeline`` for a call that returns named results only: with ``rematerialize`` after
+    ``contract-order`` (or ``infer-ranges``, or first), and ``shrink-locals`` before ``reuse-buffers``
+    where the pipeline fuses row chains (``fuse-rows``: the CPU's).  Not on the GPU, whose
+    ``parallel{depth=8}`` splits the inner loops too: a row shared by them would keep it from it."""
     passes = pipeline.split(",")
+    if "fuse-rows" in passes and "reuse-buffers" in passes:
+        passes.insert(passes.index("reuse-buffers"), "shrink-locals")
     for after in ("contract-order", "infer-ranges"):
         if after in passes:
             passes.insert(passes.index(after) + 1, "rematerialize")

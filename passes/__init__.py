@@ -50,6 +50,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "fuse-rows": "tcc.passes.fuse_rows:FuseRows",
     "privatize": "tcc.passes.privatize:Privatize",
     "matvec-pair": "tcc.passes.matvec_pair:MatvecPair",
+    "shrink-locals": "tcc.passes.shrink_locals:ShrinkLocals",
     "tile": "tcc.passes.tile:Tile",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",
