@@ -73,3 +73,24 @@ def assert_results_close(got: Mapping[str, np.ndarray], want: Mapping[str, np.nd
             scale = max(float(np.max(np.abs(ref[finite]))), floor, 1e-300)
             err = float(np.max(np.abs(out64[finite] - ref[finite]))) / scale
             assert err <= RTOL[dtype] * 10, f"{name}: relative error {err:.3e} ({dtype})"
+
+
+def assert_compiled_matches(program: Any, inputs: Mapping[str, np.ndarray], dtype: str = "float64",
+                            threads: int | None = None, passes: Any = None, results: list[str] | None = None,
+                            given_outputs: bool = False) -> dict[str, np.ndarray]:
+    """Compile ``program`` and compare the results a call returns with the interpreter on ``inputs``.
+
+    ``given_outputs``: the call writes into NaN-filled arrays passed for every result, and must
+    return those very arrays."""
+    inferred = tcc.transform(program, "infer-ranges")
+    f = tcc.compile(program, dtype=dtype, threads=threads, passes=passes, results=results)
+    want = evaluate(inferred, {k: np.asarray(v, np.float64) for k, v in inputs.items()}, np.float64)
+    want = {k: v for k, v in want.items() if k in f.results}
+    if given_outputs:
+        outs = {k: np.full(v.shape, np.nan, dtype) for k, v in want.items()}
+        got = f(**inputs, **outs)
+        assert all(got[k] is outs[k] for k in outs)
+    else:
+        got = f(**inputs)
+    assert_results_close(got, want, dtype)
+    return got

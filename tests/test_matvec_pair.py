@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcc
-from compare import assert_results_close
+from compare import assert_compiled_matches
 from tcc.backends.builtin_targets import DEFAULT_LOOP_PIPELINE
 from tcc.instruments import VerifyEach
 from tcc.interpreter import evaluate
@@ -40,21 +40,11 @@ def _bilinear(m: int, n: int):
 
 def _check(program, passes: str = ANY_SIZE, dtype: str = "float64", threads: int | None = None,
            inputs: dict | None = None, given_outputs: bool = False, seed: int = 0) -> dict:
-    inferred = tcc.transform(program, "infer-ranges")
     if inputs is None:
         rng = np.random.default_rng(seed)
         inputs = {d.name: rng.uniform(-1, 1, tuple(int(e.const) for e in d.extents)).astype(dtype)
-                  for d in inferred.caller_inputs()}
-    f = tcc.compile(program, dtype=dtype, threads=threads, passes=passes)
-    want = evaluate(inferred, {k: np.asarray(v, np.float64) for k, v in inputs.items()}, np.float64)
-    if given_outputs:
-        outs = {k: np.full(v.shape, np.nan, dtype) for k, v in want.items()}
-        got = f(**inputs, **outs)
-        assert all(got[k] is outs[k] for k in outs)
-    else:
-        got = f(**inputs)
-    assert_results_close(got, want, dtype)
-    return got
+                  for d in tcc.transform(program, "infer-ranges").caller_inputs()}
+    return assert_compiled_matches(program, inputs, dtype, threads, passes, given_outputs=given_outputs)
 
 
 # ---------------------------------------------------------------------------

@@ -15,10 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tcc
-from compare import assert_matches_interpreter, assert_results_close, random_inputs
+from compare import assert_compiled_matches, assert_matches_interpreter, random_inputs
 from tcc.backends.builtin_targets import DEFAULT_LOOP_PIPELINE
 from tcc.instruments import VerifyEach
-from tcc.interpreter import evaluate
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
@@ -65,17 +64,7 @@ def _check(program, results: list[str] | None, dtype: str = "float64", threads: 
            inputs: dict | None = None, given_outputs: bool = False) -> dict:
     inferred = tcc.transform(program, "infer-ranges")
     inputs = inputs if inputs is not None else random_inputs(inferred, None, 3, dtype)
-    f = tcc.compile(program, dtype=dtype, threads=threads, results=results)
-    want = evaluate(inferred, {k: np.asarray(v, np.float64) for k, v in inputs.items()}, np.float64)
-    want = {k: v for k, v in want.items() if results is None or k in results}
-    if given_outputs:
-        outs = {k: np.full(v.shape, np.nan, dtype) for k, v in want.items()}
-        got = f(**inputs, **outs)
-        assert all(got[k] is outs[k] for k in outs)
-    else:
-        got = f(**inputs)
-    assert_results_close(got, want, dtype)
-    return got
+    return assert_compiled_matches(program, inputs, dtype, threads, results=results, given_outputs=given_outputs)
 
 
 # ---------------------------------------------------------------------------

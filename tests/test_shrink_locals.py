@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import tcc
-from compare import assert_results_close
-from tcc.interpreter import evaluate
+from compare import assert_compiled_matches
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.passes.shrink_locals import shrink_locals
 
@@ -32,20 +31,10 @@ def _grad(B="B", I="I", J="J", D="D"):
 
 
 def _check(program, sizes: dict, dtype: str = "float64", threads: int | None = None, given: bool = False) -> None:
-    inferred = tcc.transform(program, "infer-ranges")
     rng = np.random.default_rng(3)
-    shapes = {d.name: tuple(int(e.evaluate(sizes)) for e in d.extents) for d in inferred.caller_inputs()}
-    inputs = {n: rng.uniform(-1, 1, s).astype(dtype) for n, s in shapes.items()}
-    f = tcc.compile(program, dtype=dtype, threads=threads, results=RESULTS)
-    want = evaluate(inferred, {k: v.astype(np.float64) for k, v in inputs.items()}, np.float64)
-    want = {k: want[k] for k in RESULTS}
-    if given:
-        outs = {k: np.full(v.shape, np.nan, dtype) for k, v in want.items()}
-        got = f(**inputs, **outs)
-        assert all(got[k] is outs[k] for k in outs)
-    else:
-        got = f(**inputs)
-    assert_results_close(got, want, dtype)
+    inputs = {d.name: rng.uniform(-1, 1, tuple(int(e.evaluate(sizes)) for e in d.extents)).astype(dtype)
+              for d in tcc.transform(program, "infer-ranges").caller_inputs()}
+    assert_compiled_matches(program, inputs, dtype, threads, results=RESULTS, given_outputs=given)
 
 
 def test_the_attention_gradient_keeps_a_row_of_e_and_de() -> None:
