@@ -40,8 +40,8 @@ reassociated, as BLAS's are (``y`` in ``c`` order with LLVM's reassociation
 of reductions, ``z`` as ``P`` partial sums).
 
 **Matched.** Two kernels ``extern matmul(A, u) -> y`` and ``extern
-matmul(transpose(A), v) -> z`` (either first) of one two-dimensional ``A``
-with constant extents, ``u``, ``v``, ``y``, ``z`` of one column.  The pair
+matmul(transpose(A), v) -> z`` (either first) of one two-dimensional ``A``,
+``u``, ``v``, ``y``, ``z`` of one column.  The pair
 runs where the earlier one ran; the kernels between that the later one
 needs (those writing what it reads or reading what it writes, and what
 they need in turn: the bilinear form's copy of its second vector) move
@@ -49,8 +49,9 @@ ahead of it, the others stay after it.  Where one of those needs the
 earlier product's result, no point in the program can run both, and the
 two calls stay.  The ``JAM - 1`` rows at most that the groups of four leave
 are done one at a time in a kernel ``<y>_rest`` (into part 0) before the
-combine.  A partial row must fit in ``max-row-bytes`` (default 65536);
-symbolic extents are left to BLAS (the parts would need a run-time count).
+combine.  A constant column count must keep a partial row within
+``max-row-bytes`` (default 65536); symbolic extents are fine (the groups
+are ``rows // 4``, the leftover rows a loop).
 The pass runs in the CPU pipeline after ``unroll-jam`` (whose strip-mining
 would not recognise the rows) and before ``fuse`` and ``parallel``.
 """
@@ -99,12 +100,6 @@ class _Pairing:
         self.taken.add(name)
         return name
 
-    def constant_shape(self, name: str) -> tuple[int, ...] | None:
-        shape = self.shapes.get(name)
-        if shape is None or not all(e.is_constant for e in shape):
-            return None
-        return tuple(e.const for e in shape)
-
     def product(self, index: int, kernel: Kernel) -> _Product | None:
         ext = kernel.extern
         if ext is None or ext.fn != "matmul" or ext.spec or len(ext.args) != 2:
@@ -113,11 +108,12 @@ class _Pairing:
         if flags[1]:
             return None
         a, x = ext.args
-        sa, sx, so = (self.constant_shape(n) for n in (a, x, ext.out))
+        sa, sx, so = (self.shapes.get(n) for n in (a, x, ext.out))
         if sa is None or sx is None or so is None or len(sa) != 2 or len(sx) != 2 or len(so) != 2:
             return None
         rows, cols = sa[::-1] if flags[0] else sa
-        if sx != (cols, 1) or so != (rows, 1) or x == ext.out or a in (x, ext.out):
+        one = Affine.constant(1)
+        if sx != (cols, one) or so != (rows, one) or x == ext.out or a in (x, ext.out):
             return None
         return _Product(index, a, x, ext.out, flags[0])
 
@@ -160,10 +156,10 @@ class _Pairing:
                 if (second.matrix != first.matrix or second.transposed == first.transposed
                         or any(k in used for k in range(first.index, second.index + 1))):
                     continue  # pairs never interleave: each reorders only the kernels inside its own span
-                cols = self.constant_shape(first.matrix)[1]  # type: ignore[index]
-                if 8 * cols > self.max_row_bytes:
+                cols = self.shapes[first.matrix][1]
+                if cols.is_constant and 8 * cols.const > self.max_row_bytes:
                     logger.debug("%s and %s: a partial row of %d columns exceeds max-row-bytes %d",
-                                 first.out, second.out, cols, self.max_row_bytes)
+                                 first.out, second.out, cols.const, self.max_row_bytes)
                     continue
                 before = self.schedule(first, second)
                 if before is None:
@@ -178,10 +174,10 @@ class _Pairing:
     def fused(self, gemv: _Product, gemv_t: _Product) -> tuple[list[Kernel], Buffer]:
         """The one-pass kernel (named as the earlier product's), the rows it leaves (``_rest``) and the
         combine kernel (named as the later product's), and the partial rows' buffer."""
-        rows, cols = self.constant_shape(gemv.matrix)  # type: ignore[misc]
+        rows, cols = self.shapes[gemv.matrix]
         P = self.parts
         part = self.fresh(gemv_t.out + "_part")
-        p, t, c, q = (self.fresh(n) for n in ("p", "t", "c", "q"))
+        p, t, c, q, r = (self.fresh(n) for n in ("p", "t", "c", "q", "r"))
         pv, cv = Affine.var(p), Affine.var(c)
         zero = Affine.constant(0)
         A, u, v, y = gemv.matrix, gemv.vector, gemv_t.vector, gemv.out
@@ -196,28 +192,27 @@ class _Pairing:
                 term = Binary("*", Access(A, (r, cv)), Access(w, ()))
                 terms = term if terms is None else Binary("+", terms, term)
             assert terms is not None
-            inner = For(c, (zero,), (Affine.constant(cols - 1),),
-                        tuple(dots) + (Accumulate(part, (into, cv), terms),))
+            inner = For(c, (zero,), (cols - 1,), tuple(dots) + (Accumulate(part, (into, cv), terms),))
             return (tuple(Local(s, Const(0)) for s in accs) + tuple(Let(w, Access(v, (r, zero))) for w, r in zip(ws, at))
                     + (inner,) + tuple(Store(y, (r, zero), Access(s, ())) for s, r in zip(accs, at)))
 
-        groups = rows // JAM  # group g = P*t + p: rows JAM*g .. JAM*g + JAM - 1, dealt round-robin to the parts
+        groups = rows.floordiv(JAM)  # group g = P*t + p: rows JAM*g .. JAM*g + JAM - 1, dealt round-robin to the parts
         base = (Affine.var(t) * P + pv) * JAM
-        jammed = For(t, (zero,), ((Affine.constant(groups - 1) - pv).floordiv(P),),
-                     rows_body([base + k for k in range(JAM)], pv))
-        zeros = For(c, (zero,), (Affine.constant(cols - 1),), (Store(part, (pv, cv), Const(0)),))
+        jammed = For(t, (zero,), ((groups - 1 - pv).floordiv(P),), rows_body([base + k for k in range(JAM)], pv))
+        zeros = For(c, (zero,), (cols - 1,), (Store(part, (pv, cv), Const(0)),))
         kernel = Kernel(self.program.kernels[min(gemv.index, gemv_t.index)].name,
                         (For(p, (zero,), (Affine.constant(P - 1),), (zeros, jammed)),))
         # the rows % JAM left: one at a time, into part 0, in a kernel of their own after the parts
-        rest = tuple(st for r in range(JAM * groups, rows) for st in rows_body([Affine.constant(r)], zero))
-        kernels = [kernel] + ([Kernel(self.fresh(kernel.name + "_rest"), rest)] if rest else [])
+        kernels = [kernel]
+        if not (rows.is_constant and rows.const % JAM == 0):
+            rest = For(r, (groups * JAM,), (rows - 1,), rows_body([Affine.var(r)], zero))
+            kernels.append(Kernel(self.fresh(kernel.name + "_rest"), (rest,)))
         z = gemv_t.out
-        fill = For(c, (zero,), (Affine.constant(cols - 1),), (Store(z, (cv, zero), Const(0)),))
+        fill = For(c, (zero,), (cols - 1,), (Store(z, (cv, zero), Const(0)),))
         add = For(q, (zero,), (Affine.constant(P - 1),),
-                  (For(c, (zero,), (Affine.constant(cols - 1),),
-                       (Accumulate(z, (cv, zero), Access(part, (Affine.var(q), cv))),)),))
+                  (For(c, (zero,), (cols - 1,), (Accumulate(z, (cv, zero), Access(part, (Affine.var(q), cv))),)),))
         combine = Kernel(self.program.kernels[max(gemv.index, gemv_t.index)].name, (fill, add))
-        return kernels + [combine], Buffer(part, (Affine.constant(P), Affine.constant(cols)), "temp")
+        return kernels + [combine], Buffer(part, (Affine.constant(P), cols), "temp")
 
     def run(self) -> LoopProgram:
         pairs = self.pairs()

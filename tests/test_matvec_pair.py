@@ -70,19 +70,27 @@ def test_leftover_rows_get_a_kernel_of_their_own() -> None:
     text = str(tcc.compile(_bilinear(43, 10), passes=ANY_SIZE).loops)
     rest = text[text.index("kernel f_mm_rest {"):]
     rest = rest[: rest.index("\n}\n")]
-    for r in (40, 41, 42):                                 # 43 = 4 * 10 + 3
-        assert f"A[{r}, c]" not in rest and f"B[{r}, c]" in rest
-    assert rest.count("dy_mm_part[0, c] += B[") == 3        # into part 0, after the parts have run
+    assert "for r in 40..42 {" in rest                       # 43 = 4 * 10 + 3
+    assert "dy_mm_part[0, c] += B[r, c] * dy_rhs_w5" in rest  # into part 0, after the parts have run
+    assert "kernel f_mm_rest" not in str(tcc.compile(_bilinear(44, 10), passes=ANY_SIZE).loops)
 
 
-@pytest.mark.parametrize("src, sizes, why", [
-    ("input x[n], A[n, n]\nf = sum[i](sum[j](x[i] * A[i, j] * x[j]))\n", None, "symbolic extents"),
-    (QUADFORM.format(n=9000), None, "a partial row of 9000 columns is over max-row-bytes"),
-])
-def test_refusals(src: str, sizes, why: str) -> None:
-    program = tcc.grad(tcc.parse(src), of="f", wrt=["x"], value=True)
+def test_symbolic_extents() -> None:
+    program = tcc.grad(tcc.parse("input x[n], A[n, n]\nf = sum[i](sum[j](x[i] * A[i, j] * x[j]))\n"),
+                       of="f", wrt=["x"], value=True)
+    text = str(tcc.compile(program).loops)
+    assert "extern matmul" not in text and "for t in 0..(n // 4 - p - 1) // 8 {" in text
+    assert "for r in 4*(n // 4)..n - 1 {" in text
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 3, 4, 5, 37, 64):
+        _check(program, passes=None, inputs={"x": rng.standard_normal(n), "A": rng.standard_normal((n, n)),
+                                             "df": np.array(1.5)}, threads=2)
+
+
+def test_a_partial_row_over_max_row_bytes_keeps_both_calls() -> None:
+    program = tcc.grad(tcc.parse(QUADFORM.format(n=9000)), of="f", wrt=["x"], value=True)
     with_pass = str(tcc.transform(program, ANY_SIZE))
-    assert with_pass == str(tcc.transform(program, NO_PAIR)), why
+    assert with_pass == str(tcc.transform(program, NO_PAIR))
     assert with_pass.count("extern matmul") == 2
 
 
