@@ -51,6 +51,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "privatize": "tcc.passes.privatize:Privatize",
     "matvec-pair": "tcc.passes.matvec_pair:MatvecPair",
     "shrink-locals": "tcc.passes.shrink_locals:ShrinkLocals",
+    "fuse-inner": "tcc.passes.fuse_inner:FuseInner",
     "tile": "tcc.passes.tile:Tile",
     "fuse": "tcc.passes.fuse:Fuse",
     "reuse-buffers": "tcc.passes.reuse_buffers:ReuseBuffers",

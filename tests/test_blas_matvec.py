@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import tcc
+from tcc.backends.builtin_targets import DEFAULT_LOOP_PIPELINE
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import RTOL, assert_matches_interpreter, random_inputs  # noqa: E402
@@ -25,6 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ALWAYS = "infer-ranges,blas{min-work=0}"
 HEAD = "input A[n, m], x[m], w[n]\n"
 _EXTENTS = st.sampled_from([0, 1, 2, 7, 13])
+
+
+#: the CPU pipeline without matvec-pair, which makes one loop nest of A u and A^T v
+NO_PAIR = DEFAULT_LOOP_PIPELINE.replace(",matvec-pair,", ",")
 
 
 def _externs(f) -> list[str]:
@@ -46,8 +51,9 @@ def test_matvec_and_vecmat_as_printed():
         "g[j] = g_mm[j, 0]\n"
     )
     assert str(tcc.parse(got)) == got
-    f = tcc.compile(text)
+    f = tcc.compile(text, passes=NO_PAIR)
     assert _externs(f) == ["extern matmul(A, y_rhs) -> y_mm", "extern matmul(transpose(A), g_rhs) -> g_mm"]
+    assert _externs(tcc.compile(text)) == []  # matvec-pair: one pass over A for both (test_matvec_pair.py)
 
 
 def test_factors_on_the_free_index_alone_scale_the_result():
@@ -86,8 +92,9 @@ def test_forms_compiled_match_the_interpreter(form, n, m, dtype, threads):
 
 def test_quadratic_form_gradient_is_two_blas_calls():
     g = tcc.grad(str(ROOT / "examples" / "quadratic_form.tcc"), "f", "x")
-    f = tcc.compile(g)
+    f = tcc.compile(g, passes=NO_PAIR)
     assert _externs(f) == ["extern matmul(transpose(A), dx_rhs) -> dx_mm", "extern matmul(A, dx_rhs) -> dx_mm2"]
+    assert _externs(tcc.compile(g)) == []  # matvec-pair: one pass over A for both
     assert "sum[" not in str(tcc.transform(g, "infer-ranges,blas"))
     for n in (0, 1, 2, 11, 200):
         for dtype in ("float64", "float32"):
@@ -99,8 +106,9 @@ def test_quadratic_form_value_and_gradient_share_a_x():
     """value=True: f = x^T (A x) and df * (A^T x + A x) need A x once -- two gemv calls in all, as the
     peers' x @ (A @ x) and its vjp; the seed df scales the products instead of a copy of x."""
     g = tcc.grad(str(ROOT / "examples" / "quadratic_form.tcc"), "f", "x", value=True)
-    f = tcc.compile(g)
+    f = tcc.compile(g, passes=NO_PAIR)
     assert _externs(f) == ["extern matmul(A, f_rhs) -> f_mm", "extern matmul(transpose(A), f_rhs) -> dx_mm"]
+    assert _externs(tcc.compile(g)) == []  # matvec-pair: one pass over A for both
     for n in (0, 1, 2, 11, 200):
         for dtype in ("float64", "float32"):
             assert_matches_interpreter(g, {"n": n}, dtype, threads=2)

@@ -79,8 +79,8 @@ def test_layernorm_gradient_hosts_both_column_sums_in_the_row_kernel() -> None:
     assert "temp dg_part[32, 64], db_part[32, 64]" in text
     host = text[text.index("kernel mu_"): text.index("kernel dg_db")]
     assert host.splitlines()[1].strip() == "parallel for p in 0..31 {"   # the parts run on the threads
-    assert "dg_part[p, dg_02] += dY[p + 32*t, dg_02]" in host             # one pass: next to the row's own work
-    assert "db_part[p, dg_02] += dY[p + 32*t, dg_02]" in host             # both sums in one column loop
+    assert "dg_part[p, dX_1] += dY[p + 32*t, dX_1]" in host               # one pass: in the row's own dX loop
+    assert "db_part[p, dX_1] += dY[p + 32*t, dX_1]" in host               # (fuse-inner), both sums
     assert "dX[p + 32*t, dX_1] =" in host
     combine = _kernel(text, "dg_db")
     assert "+= dg_part[q, " in combine and "+= db_part[q2, " in combine
