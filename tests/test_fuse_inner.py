@@ -138,3 +138,15 @@ def test_random_row_bodies_compute_what_they_did(loops) -> None:
     want, got = run_loops(program, {"x": x}), run_loops(out, {"x": x})
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-12, equal_nan=True)
+
+
+def test_a_sum_of_a_forwarded_value_still_vectorises() -> None:
+    # s_acc += e_v reads a let of a unit-stride load: lower-llvm looks through the let and marks the sum
+    # reassoc, as it did for s_acc += e[i, j] (without it the fused loop, exp included, stayed scalar)
+    f = tcc.compile("input x[4, 64]\ne[i, j] = exp(x[i, j])\ns[i] = sum[j](e[i, j])\nP[i, j] = e[i, j] / s[i]\n",
+                    results=["P"])
+    assert "s_acc += e_v" in str(f.loops)
+    assert "fadd reassoc" in f.llvm.module
+    strided = tcc.compile("input x[64, 4]\ne[i, j] = exp(x[j, i])\ns[i] = sum[j](e[i, j])\nP[i, j] = e[i, j] / s[i]\n",
+                          results=["P"])
+    assert "fadd reassoc" not in strided.llvm.module   # a strided load behind the let: no reassoc, as before

@@ -69,7 +69,9 @@ Semantics that matter for correctness
   LLVM vectorize a floating-point reduction; it changes the summation order
   and so the rounding): ``never``; ``always``; or ``contiguous`` (the
   default), only for a scalar accumulation whose loads walk memory with
-  stride 1 or 2 (in the last dimension) in the innermost loop -- there vectorizing pays, while a
+  stride 1 or 2 (in the last dimension) in the innermost loop -- the loads of the ``let``s it
+  reads included (``s_acc += e_v`` after ``fuse-inner`` forwarded ``e``), and an ``N x 1``
+  buffer's trailing axis not counted -- there vectorizing pays, while a
   vectorized strided reduction turns into gathers and runs slower than the
   scalar loop (measured: 2x slower on a convolution's input gradient).
   ``contract`` (off by default) lets ``a*b + c`` become a fused

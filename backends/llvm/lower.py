@@ -13,7 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tcc.ir.diagnostics import TccError
-from tcc.ir.expr import Access, postorder
+from tcc.ir.expr import Access, Expr, postorder
 from tcc.ir.index import Affine, FloorDiv, Mod, atom_names
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
 
@@ -108,6 +108,7 @@ class _KernelLowering(KernelEntries, ExprLowering):
         self.reassociate = reassociate
         self.loop_vars: list[str] = []
         self.shapes = {b.name: b.shape for b in program.buffers}
+        self.let_exprs: dict[str, Expr] = {}  # every let lowered so far in this kernel (names are unique in it)
         # a*b + c may become one fused multiply-add (one rounding instead of two)
         self.arith_flags: tuple[str, ...] = ("contract",) if contract else ()
         self.where = f"kernel '{kernel.name}'"
@@ -190,6 +191,7 @@ class _KernelLowering(KernelEntries, ExprLowering):
             if isinstance(s, For):
                 self.lower_for(s, idx, scalars)
             elif isinstance(s, Let):
+                self.let_exprs[s.name] = s.value  # what accumulate_flags sees through
                 value = self.expr(s.value, idx, scalars)
                 if isinstance(value, ir.Instruction) and value.name.startswith("."):
                     value.name = s.name  # an unnamed value: name it after the let, for readable dumps
@@ -219,9 +221,7 @@ class _KernelLowering(KernelEntries, ExprLowering):
             return ()
         var = self.loop_vars[-1]
         unit = False
-        for n in postorder(s.value):
-            if not isinstance(n, Access) or not n.indices:
-                continue
+        for n in self.loads_through_lets(s.value):
             indices = self.walking_indices(n)
             if any(var in ix.names() for ix in indices[:-1]):
                 return ()
@@ -234,6 +234,24 @@ class _KernelLowering(KernelEntries, ExprLowering):
                     return ()
                 unit = True
         return ("reassoc",) if unit else ()
+
+    def loads_through_lets(self, value: Expr) -> list[Access]:
+        """The buffer loads ``value`` makes, and those of the ``let``s it reads, transitively: after
+        ``fuse-inner`` a sum reads ``let e_v = exp(0.125 * e_mm[b, i, j])`` (``s_acc += e_v``), and
+        whether it walks memory is the question of ``e_mm``'s load."""
+        out: list[Access] = []
+        seen: set[str] = set()
+        todo = [value]
+        while todo:
+            for n in postorder(todo.pop()):
+                if not isinstance(n, Access):
+                    continue
+                if n.indices:
+                    out.append(n)
+                elif n.tensor in self.let_exprs and n.tensor not in seen:
+                    seen.add(n.tensor)
+                    todo.append(self.let_exprs[n.tensor])
+        return out
 
     def walking_indices(self, n: Access) -> tuple[Affine, ...]:
         """``n``'s indices without the trailing positions of extent 1: a column ``f_rhs[c, 0]`` of an
