@@ -17,26 +17,11 @@ from hypothesis import strategies as st
 
 import tcc
 from compare import assert_compiled_matches
+from family_sources import ATTENTION, LAYERNORM
 from loop_eval import run_loops
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
 from tcc.passes.fuse_inner import fuse_inner
-
-ATTENTION = """input Q[{B}, {I}, {D}], K[{B}, {J}, {D}]
-local e[{B}, {I}, {J}], s[{B}, {I}]
-output P[{B}, {I}, {J}]
-e[b, i, j] = exp(0.125 * sum[d](Q[b, i, d] * K[b, j, d]))
-s[b, i] = sum[j](e[b, i, j])
-P[b, i, j] = e[b, i, j] / s[b, i]
-"""
-LAYERNORM = """input X[{A}, {C}], g[{C}], b[{C}]
-local mu[{A}], xc[{A}, {C}], r[{A}]
-output Y[{A}, {C}]
-mu[a] = sum[c](X[a, c]) / {C}
-xc[a, c] = X[a, c] - mu[a]
-r[a] = 1 / sqrt(sum[c](xc[a, c]**2) / {C} + 1e-05)
-Y[a, c] = xc[a, c] * r[a] * g[c] + b[c]
-"""
 
 
 def _attention(B=8, I=32, J=64, D=16):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import tcc
 from compare import assert_compiled_matches, assert_matches_interpreter, random_inputs
+from family_sources import LAYERNORM
 from tcc.backends.builtin_targets import DEFAULT_LOOP_PIPELINE
 from tcc.instruments import VerifyEach
 from tcc.ir.diagnostics import TccError
@@ -27,14 +28,6 @@ from tcc.pipeline import run_pipeline
 
 NO_PRIVATIZE = DEFAULT_LOOP_PIPELINE.replace(",privatize,", ",")
 
-LAYERNORM = """input X[{A}, {C}], g[{C}], b[{C}]
-local mu[{A}], xc[{A}, {C}], r[{A}]
-output Y[{A}, {C}]
-mu[a] = sum[c](X[a, c]) / {C}
-xc[a, c] = X[a, c] - mu[a]
-r[a] = 1 / sqrt(sum[c](xc[a, c]**2) / {C} + 1e-05)
-Y[a, c] = xc[a, c] * r[a] * g[c] + b[c]
-"""
 DENSE = """input X[{A}, 64], W[{C}, 64], b[{C}]
 Y[a, c] = tanh(sum[k](X[a, k] * W[c, k]) + b[c])
 """

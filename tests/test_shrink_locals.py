@@ -13,18 +13,12 @@ import pytest
 
 import tcc
 from compare import assert_compiled_matches
+from family_sources import ATTENTION
 from tcc.backends.builtin_targets import DEFAULT_LOOP_PIPELINE
 from tcc.build import with_rematerialize
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.passes.shrink_locals import shrink_locals
 
-ATTENTION = """input Q[{B}, {I}, {D}], K[{B}, {J}, {D}]
-local e[{B}, {I}, {J}], s[{B}, {I}]
-output P[{B}, {I}, {J}]
-e[b, i, j] = exp(0.125 * sum[d](Q[b, i, d] * K[b, j, d]))
-s[b, i] = sum[j](e[b, i, j])
-P[b, i, j] = e[b, i, j] / s[b, i]
-"""
 RESULTS = ["P", "dQ", "dK"]
 
 
