@@ -23,9 +23,9 @@ partial ``A^T v``::
                                                                   }
                                                                   y[r0, 0] = y0 ... y[r3, 0] = y3
                                                                 }
-                                                                for t2 { the rows left, one at a time }
                                                               }
                                                             }
+                                                            kernel f_mm_rest { the rows % 4 left, into part 0 }
                                                             kernel dx_mm { z = sum[q] z_part[q, :] }
 
 Four rows at a time share the loads of ``u[c]`` and of the partial row:
