@@ -389,10 +389,10 @@ class CompiledProgram:
         self.executable = executable
         self.dtype = np.dtype(dtype)
         self.threads = default_threads() if threads is None else threads
-        self.inputs: tuple[str, ...] = tuple(d.name for d in program.caller_inputs())
+        self._caller_inputs = tuple(program.caller_inputs())
+        self.inputs: tuple[str, ...] = tuple(d.name for d in self._caller_inputs)
         self.results: tuple[str, ...] = tuple(b.name for b in loops.buffers if b.role in ("output", "local"))
         self._buffer_index = {b.name: i for i, b in enumerate(loops.buffers)}
-        self._caller_inputs = tuple(program.caller_inputs())
         self._bound: dict[tuple, tuple[dict[str, int], dict[str, tuple[int, ...]]]] = {}  # by input shapes
         self._parallel = any(getattr(k, "parallel", False) for k in getattr(executable, "kernels", ()))
         self._index_cache = IndexCache()  # validated and derived index arrays, reused while the inputs are equal

@@ -36,9 +36,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, postorder
-from tcc.ir.loop_analysis import all_writes, read_names
-from tcc.ir.loops import For, If, Kernel, Let, Local, LoopProgram, Stmt
+from tcc.ir.loop_analysis import all_writes, declared_scalars, read_names
+from tcc.ir.loops import For, If, Kernel, Local, LoopProgram, Stmt
 from tcc.passes.fuse import Fuser
 from tcc.passes.pass_base import Level, Pass, PassContext
 
@@ -62,7 +61,7 @@ class _InnerFuser:
             return None
         w1, w2 = self.scalars(all_writes((l1,))), self.scalars(all_writes((l2,)))
         r1, r2 = self.scalars(read_names((l1,))), self.scalars(read_names((l2,)))
-        declared = {s.name for s in _walk((l1, l2)) if isinstance(s, (Let, Local))}  # scoped to the loops
+        declared = set(declared_scalars((l1, l2)))  # scoped to the loops
         if (w1 - declared) & r2 or (w2 - declared) & r1 or (w1 - declared) & (w2 - declared):
             return None
         self.fuser.sizes = self.sizes | outer  # the enclosing loops' variables are fixed in the body
@@ -94,22 +93,7 @@ class _InnerFuser:
     def movable(self, locals_: list[Stmt], loop: For) -> bool:
         """Whether ``local`` declarations after ``loop`` may move before it: their initial values read
         nothing it writes (and it cannot touch them: they are declared after it)."""
-        writes = all_writes((loop,))
-        for s in locals_:
-            assert isinstance(s, Local)
-            if {n.tensor for n in postorder(s.init) if isinstance(n, Access)} & writes:
-                return False
-        return True
-
-
-def _walk(body: tuple[Stmt, ...]):
-    for s in body:
-        yield s
-        if isinstance(s, For):
-            yield from _walk(s.body)
-        elif isinstance(s, If):
-            yield from _walk(s.then)
-            yield from _walk(s.orelse)
+        return not read_names(tuple(locals_)) & all_writes((loop,))
 
 
 def fuse_inner(program: LoopProgram) -> LoopProgram:

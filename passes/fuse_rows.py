@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from tcc.ir.expr import Access, Const, Expr, postorder
 from tcc.ir.index import Affine
@@ -110,7 +111,7 @@ def _fuse_pair(fuser: Fuser, k1: Kernel, k2: Kernel, buffers: set[str], sizes: s
     return fused if loop is not None and race_free(loop, buffers, sizes) else None
 
 
-def _reduction(block: tuple[Stmt, ...], i: int) -> tuple[str, For, Expr] | None:
+def _reduction(block: Sequence[Stmt | None], i: int) -> tuple[str, For, Expr] | None:
     """``(acc, loop, E)`` where ``block[i:i + 2]`` is ``local acc = 0; for v { acc += E }``."""
     if i + 1 >= len(block):
         return None
@@ -139,7 +140,7 @@ def share_reductions(kernel: Kernel) -> Kernel:
     block = list(loop.body)
     changed = False
     for i in range(len(block)):
-        first = _reduction(tuple(block), i) if block[i] is not None else None
+        first = _reduction(block, i)
         if first is None:
             continue
         acc1, loop1, e1 = first
@@ -147,7 +148,7 @@ def share_reductions(kernel: Kernel) -> Kernel:
         for j in range(i + 2, len(block)):
             if block[j] is None:
                 continue
-            second = _reduction(tuple(block), j)
+            second = _reduction(block, j)
             if second is not None:
                 acc2, loop2, e2 = second
                 same = substitute_stmts(loop2.body, {loop2.var: Affine.var(loop1.var)})

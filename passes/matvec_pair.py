@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Binary, Const, Expr, fresh_name
 from tcc.ir.index import Affine
-from tcc.ir.loop_analysis import all_writes, bound_inside, read_names
+from tcc.ir.loop_analysis import all_writes, program_names, read_names
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
 
@@ -91,9 +91,8 @@ class _Pairing:
         self.max_row_bytes = max_row_bytes
         self.shapes = {b.name: b.shape for b in program.buffers}
         self.buffers = set(self.shapes)
-        self.taken = {b.name for b in program.buffers} | set(program.sizes) | {k.name for k in program.kernels}
-        for k in program.kernels:
-            self.taken |= bound_inside(k.body)
+        self.taken = program_names(program)
+        self.touched: dict[int, tuple[set[str], set[str]]] = {}  # by kernel index: what touches() found
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)
@@ -117,17 +116,22 @@ class _Pairing:
             return None
         return _Product(index, a, x, ext.out, flags[0])
 
-    def touches(self, k: Kernel) -> tuple[set[str], set[str]]:
-        """The buffers kernel ``k`` reads and those it writes."""
-        if k.extern is not None:
-            return set(k.extern.args), {k.extern.out}
-        return read_names(k.body) & self.buffers, set(all_writes(k.body))
+    def touches(self, index: int) -> tuple[set[str], set[str]]:
+        """The buffers kernel ``index`` reads and those it writes (walked once per kernel: ``schedule``
+        asks about each kernel once per kernel after it)."""
+        hit = self.touched.get(index)
+        if hit is None:
+            k = self.program.kernels[index]
+            hit = ((set(k.extern.args), {k.extern.out}) if k.extern is not None
+                   else (read_names(k.body) & self.buffers, set(all_writes(k.body))))
+            self.touched[index] = hit
+        return hit
 
     def depends(self, a: int, b: int) -> bool:
         """Whether kernel ``b`` must run after kernel ``a`` (``a`` earlier): one writes what the other
         reads or writes."""
-        ra, wa = self.touches(self.program.kernels[a])
-        rb, wb = self.touches(self.program.kernels[b])
+        ra, wa = self.touches(a)
+        rb, wb = self.touches(b)
         return bool(wa & (rb | wb) or ra & wb)
 
     def schedule(self, first: _Product, second: _Product) -> list[int] | None:
@@ -185,16 +189,17 @@ class _Pairing:
         def rows_body(at: list[Affine], into: Affine) -> tuple[Stmt, ...]:
             accs = [self.fresh(f"{y}_acc") for _ in at]
             ws = [self.fresh(f"{v}_w") for _ in at]
-            dots: list[Stmt] = [Accumulate(s, (), Binary("*", Access(A, (r, cv)), Access(u, (cv, zero))))
-                                for s, r in zip(accs, at)]
+            dots: list[Stmt] = [Accumulate(s, (), Binary("*", Access(A, (row, cv)), Access(u, (cv, zero))))
+                                for s, row in zip(accs, at)]
             terms: Expr | None = None
-            for w, r in zip(ws, at):
-                term = Binary("*", Access(A, (r, cv)), Access(w, ()))
+            for w, row in zip(ws, at):
+                term = Binary("*", Access(A, (row, cv)), Access(w, ()))
                 terms = term if terms is None else Binary("+", terms, term)
             assert terms is not None
             inner = For(c, (zero,), (cols - 1,), tuple(dots) + (Accumulate(part, (into, cv), terms),))
-            return (tuple(Local(s, Const(0)) for s in accs) + tuple(Let(w, Access(v, (r, zero))) for w, r in zip(ws, at))
-                    + (inner,) + tuple(Store(y, (r, zero), Access(s, ())) for s, r in zip(accs, at)))
+            return (tuple(Local(s, Const(0)) for s in accs)
+                    + tuple(Let(w, Access(v, (row, zero))) for w, row in zip(ws, at))
+                    + (inner,) + tuple(Store(y, (row, zero), Access(s, ())) for s, row in zip(accs, at)))
 
         groups = rows.floordiv(JAM)  # group g = P*t + p: rows JAM*g .. JAM*g + JAM - 1, dealt round-robin to the parts
         base = (Affine.var(t) * P + pv) * JAM

@@ -72,10 +72,10 @@ from tcc.ir.expr import Access, Const, fresh_name
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import (
     all_writes,
-    bound_inside,
     buffer_accesses,
     constant_trips,
     declared_scalars,
+    program_names,
     read_names,
     stride_cost,
     substitute_stmts,
@@ -120,9 +120,7 @@ class _Privatizer:
         self.min_rows = min_rows
         self.max_parts = max_parts
         self.max_row_bytes = max_row_bytes
-        self.taken = self.buffers | self.sizes | {k.name for k in program.kernels}
-        for k in program.kernels:
-            self.taken |= bound_inside(k.body)
+        self.taken = program_names(program)
 
     def fresh(self, base: str) -> str:
         name = fresh_name(base, self.taken)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Expr, transform
 from tcc.ir.index import Affine
-from tcc.ir.loop_analysis import buffer_accesses, map_exprs, map_stmts
+from tcc.ir.loop_analysis import buffer_accesses, map_exprs, map_stmts, perfect_nest
 from tcc.ir.loops import Buffer, For, If, Kernel, LoopProgram, Stmt, Store
 from tcc.passes.pass_base import Level, Pass, PassContext
 
@@ -56,12 +56,8 @@ logger = logging.getLogger(__name__)
 
 def _nest(kernel: Kernel) -> list[For]:
     """The kernel's loops ``v0 ⊃ v1 ⊃ ...``, each the only statement of the one around it."""
-    out: list[For] = []
     body = kernel.body
-    while len(body) == 1 and isinstance(body[0], For):
-        out.append(body[0])
-        body = body[0].body
-    return out
+    return perfect_nest(body[0]) if len(body) == 1 and isinstance(body[0], For) else []
 
 
 def _touches(body: tuple[Stmt, ...], name: str) -> list[tuple[tuple[Affine, ...], bool]]:
@@ -78,7 +74,7 @@ def _writes_row(s: Stmt, buf: Buffer, prefix: tuple[Affine, ...]) -> bool:
     return bool(stores) and all(w and ix == row for ix, w in _touches(s.body, buf.name))
 
 
-def _shrinkable(program: LoopProgram, buf: Buffer, users: list[Kernel]) -> tuple[Kernel, int] | None:
+def _shrinkable(buf: Buffer, users: list[Kernel]) -> tuple[Kernel, int] | None:
     """The kernel and the depth ``k + 1`` of the nest whose body ``B`` holds every access, or ``None``."""
     if buf.role != "local" or len(users) != 1 or users[0].extern is not None or buf.rank < 2:
         return None
@@ -147,7 +143,7 @@ def shrink_locals(program: LoopProgram) -> LoopProgram:
     kernels = {k.name: k for k in program.kernels}
     buffers = list(program.buffers)
     for i, buf in enumerate(buffers):
-        found = _shrinkable(program, buf, [kernels[k.name] for k in users.get(buf.name, [])])
+        found = _shrinkable(buf, [kernels[k.name] for k in users.get(buf.name, [])])
         if found is None:
             continue
         kernel, depth = found
