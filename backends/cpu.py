@@ -34,6 +34,7 @@ import llvmlite.binding as llvm
 from tcc.ir.loops import For, Kernel, LoopProgram, children
 from tcc.ir.index import lookups
 
+from . import thread_team
 from .array_address import data_addresses
 from .target import Call, Executable
 from .zero_fill import zero_fills
@@ -47,6 +48,7 @@ target_machine = host_target_machine
 __all__ = [
     "CpuExecutable",
     "KernelEntry",
+    "split_kernel",
     "KERNEL_SIGNATURE",
     "emit_assembly",
     "host_data_layout",
@@ -137,6 +139,15 @@ def _ensure_libm() -> None:
     llvm.load_library_permanently(path)
 
 
+def split_kernel(entry: "KernelEntry", ptrs: Any, sizes: Any, threads: int, fallback: Any) -> None:
+    """Run a parallel kernel's ``threads`` parts: on the native thread team where there is one and no
+    other thread's kernel holds it (:mod:`tcc.backends.thread_team`), else with ``fallback``, the
+    runtime's Python pool (:func:`tcc.runtime.run_parallel`).  Either way every part has finished on return."""
+    team = thread_team.team()
+    if team is None or not entry.address or not team.run(entry.address, ptrs, sizes, threads):
+        fallback(entry.fn, ptrs, sizes, threads)
+
+
 @dataclass(frozen=True)
 class KernelEntry:
     """One compiled kernel: ``fn(bufs, sizes, part, nparts)``; ``parallel`` if it may be split.
@@ -151,6 +162,8 @@ class KernelEntry:
     parallel: bool
     extern: Any = None
     kernel: Kernel | None = None
+    #: the code's address, for the native thread team (:mod:`tcc.backends.thread_team`); 0 for an extern
+    address: int = 0
     _iterations: dict[tuple[int, ...], int] = field(default_factory=dict, compare=False, repr=False)
 
     def worth_splitting(self, sizes: tuple[int, ...], names: tuple[str, ...]) -> bool:
@@ -206,9 +219,10 @@ class CpuExecutable(Executable):
             if fill is not None and fill not in call.arrays:  # allocated zeroed: nothing to do
                 continue
             if k.extern is not None:
+                thread_team.park()  # BLAS's threads get the cores the team's idle workers spin on
                 call.run_extern(k.extern, call.buffers)
             elif k.parallel and threads > 1 and k.worth_splitting(sizes, names):
-                call.run_parallel(k.fn, ptrs, size_vals, threads)
+                split_kernel(k, ptrs, size_vals, threads, call.run_parallel)
             else:
                 k.fn(ptrs, size_vals, 0, 1)
         # the arrays stay referenced by `call.buffers` until every kernel has run
@@ -283,6 +297,6 @@ def _executable(llvm_module: LLVMModule, engine: Any) -> CpuExecutable:
         if not address:
             raise RuntimeError(f"MCJIT has no code for kernel symbol '{symbol}' (a compiler bug)")
         entries.append(KernelEntry(kernel.name, symbol, KERNEL_SIGNATURE(address), kernel.parallel_loop is not None,
-                                   kernel=kernel))
+                                   kernel=kernel, address=address))
     return CpuExecutable(tuple(entries), llvm_module.program, llvm_module.dtype, engine, llvm_module,
                          zero_fills(llvm_module.program))

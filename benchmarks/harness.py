@@ -356,6 +356,8 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     a zero fill that a call skips (tcc.backends.zero_fill: the result is
     allocated zeroed) is not listed.
     """
+    from tcc.backends.cpu import split_kernel
+    from tcc.backends.thread_team import park
     from tcc.runtime import run_extern, run_parallel
 
     sizes, buffers = compiled.bind(dict(arrays))
@@ -370,9 +372,10 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
         for i, k in enumerate(kernels):
             t0 = time.perf_counter()
             if k.extern is not None:                    # matmul / LAPACK through NumPy
-                run_extern(k.extern, buffers)
+                park()
+                run_extern(k.extern, buffers, threads)
             elif k.parallel and threads > 1:
-                run_parallel(k.fn, ptrs, size_vals, threads)
+                split_kernel(k, ptrs, size_vals, threads, run_parallel)
             else:
                 k.fn(ptrs, size_vals, 0, 1)
             if r:

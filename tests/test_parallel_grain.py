@@ -19,18 +19,17 @@ SRC = "input x[n], w[m]\ny[i] = sum[k](x[i + k] * w[k])\n"
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The default grain, and the part counts of every split the runtime makes."""
-    import tcc.runtime as runtime
-
+    """The default grain, and the part counts of every split the runtime makes (on the thread team
+    or the Python pool: both go through ``split_kernel``)."""
     monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 32_768)
     calls: list[int] = []
-    real = runtime.run_parallel
+    real = cpu.split_kernel
 
-    def spy(fn, ptrs, sizes, nparts):  # noqa: ANN001
-        calls.append(nparts)
-        real(fn, ptrs, sizes, nparts)
+    def spy(entry, ptrs, sizes, threads, fallback):  # noqa: ANN001
+        calls.append(threads)
+        real(entry, ptrs, sizes, threads, fallback)
 
-    monkeypatch.setattr(runtime, "run_parallel", spy)
+    monkeypatch.setattr(cpu, "split_kernel", spy)
     return calls
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -30,10 +31,15 @@ from tcc.runtime import CallError, run_parallel
 CONV = "input x[n], w[m]\ny[i] = sum[k](sin(x[i + k]) * w[k])\n"
 
 
-def run_script(body: str, timeout: float = 60) -> str:
-    """Run ``body`` in a fresh interpreter; its exit status must be 0; returns its stdout."""
+def run_script(body: str, timeout: float = 60, team: bool = True) -> str:
+    """Run ``body`` in a fresh interpreter; its exit status must be 0; returns its stdout.
+
+    ``team=False`` runs it without the native thread team (``TCC_THREAD_TEAM=0``), so that parallel
+    kernels go to the runtime's Python pool, whose cancellation and Ctrl-C deferral some tests are about.
+    """
     script = "import json\nimport numpy as np, tcc\n" + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, "TCC_THREAD_TEAM": "1" if team else "0"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -68,12 +74,14 @@ def call_interrupted_once_y_is_written(f, y, **inputs):
 """
 
 
-def test_interrupted_call_waits_for_running_parts_then_raises() -> None:
+@pytest.mark.parametrize("team", [True, False], ids=["team", "pool"])
+def test_interrupted_call_waits_for_running_parts_then_raises(team: bool) -> None:
     """The call returns (raising KeyboardInterrupt) only when no part can write into its buffers.
 
     Before the fix the caller left the wait at once while the pool kept
     writing: with buffers of its own the process segfaulted; here, with the
     caller's output array, ``y`` kept changing after the call had raised.
+    The native team runs every part to the end before the call returns.
     """
     out = run_script(SIGINT_WHEN_STARTED + f"""
 f = tcc.compile({CONV!r}, threads=4)
@@ -85,7 +93,7 @@ time.sleep(0.5)
 assert np.array_equal(y, after_return, equal_nan=True), "a part wrote into y after the call raised"
 small_x, small_w = x[:1000], w[:30]
 print(json.dumps(f(x=small_x, w=small_w)["y"].tolist()))
-""")
+""", team=team)
     got = np.array(json.loads(out))
     rng0, rng1 = np.random.default_rng(0), np.random.default_rng(1)
     want = reference(CONV, x=rng0.random(100_000)[:1000], w=rng1.random(300)[:30])["y"]
@@ -97,7 +105,8 @@ def test_interrupt_cancels_parts_not_started() -> None:
 
     The pool's one worker is kept busy by another thread's long call, so the
     interrupted call's second part is still waiting when its first part (run
-    by the caller) ends; it must be dropped, not run later into ``y``.
+    by the caller) ends; it must be dropped, not run later into ``y``.  (The Python pool's
+    behaviour: the native team never cancels, it runs a kernel's parts to the end.)
     """
     run_script(SIGINT_WHEN_STARTED + f"""
 f = tcc.compile({CONV!r}, threads=2)
@@ -117,7 +126,7 @@ assert np.isnan(big_y[-1]), "the busy call ended too soon for this test"
 busy.join()
 time.sleep(0.5)  # longer than a part: one queued instead of cancelled would have started by now
 assert not np.isnan(y[0]) and np.isnan(y[y.size // 2 + 2:]).all(), "the part that had not started ran"
-""")
+""", team=False)
 
 
 # A real SIGINT whose Python handler runs inside threading.Condition's own Python code (its
@@ -148,7 +157,7 @@ os._exit(0)
 
 
 def test_ctrl_c_inside_the_pools_lock_neither_hangs_nor_is_lost() -> None:
-    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler=""), timeout=60)
+    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler=""), timeout=60, team=False)
     assert out.split() == ["KeyboardInterrupt", "-", "True"]
 
 
@@ -156,9 +165,10 @@ def test_a_deferred_ctrl_c_reaches_the_programs_own_handler_once() -> None:
     """The previous handler is restored and the signal raised again: a program's own SIGINT
     handler runs once, after the parts have finished; SIG_IGN stays ignored."""
     counting = "seen = []\nsignal.signal(signal.SIGINT, lambda s, fr: seen.append(s))"
-    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler=counting), timeout=60)
+    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler=counting), timeout=60, team=False)
     assert out.split() == ["returned", f"[{int(signal.SIGINT)}]", "True"]
-    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler="signal.signal(signal.SIGINT, signal.SIG_IGN)"), timeout=60)
+    out = run_script(SIGINT_INSIDE_THE_LOCK.format(handler="signal.signal(signal.SIGINT, signal.SIG_IGN)"), timeout=60,
+                     team=False)
     assert out.split() == ["returned", "-", "True"]
 
 
@@ -185,8 +195,9 @@ def test_exception_in_a_part_cancels_the_rest_and_is_raised_after_running_parts(
 # ---------------------------------------------------------------------------
 # fork and thread counts
 # ---------------------------------------------------------------------------
-def test_forked_child_runs_parallel_kernels() -> None:
-    """A child forked after the parent ran a parallel kernel has a pool of its own (it hung)."""
+@pytest.mark.parametrize("team", [True, False], ids=["team", "pool"])
+def test_forked_child_runs_parallel_kernels(team: bool) -> None:
+    """A child forked after the parent ran a parallel kernel has a pool (or team) of its own (it hung)."""
     run_script(f"""
 import os, time
 f = tcc.compile({CONV!r}, threads=4)
@@ -205,10 +216,11 @@ while time.monotonic() < deadline:
 os.kill(pid, 9)
 os.waitpid(pid, 0)
 raise SystemExit("the forked child hung")
-""")
+""", team=team)
 
 
-def test_many_thread_counts_share_one_pool() -> None:
+@pytest.mark.parametrize("team", [True, False], ids=["team", "pool"])
+def test_many_thread_counts_share_one_pool(team: bool) -> None:
     """Trying threads=2..30 leaves at most 29 worker threads (one pool per count left 200+)."""
     out = run_script(f"""
 import threading
@@ -220,9 +232,10 @@ for t in range(2, 31):
     ys.append(f(x=x, w=w)["y"])
 assert all(np.array_equal(y, ys[0]) for y in ys)
 from tcc.runtime import pool_size
-print(threading.active_count(), pool_size())
+from tcc.backends.thread_team import team
+print(threading.active_count(), len(team().threads) if team() is not None else pool_size())
 print(json.dumps(ys[0].tolist()))
-""")
+""", team=team)
     counts, values = out.splitlines()
     threads, workers = map(int, counts.split())
     assert workers == 29 and threads <= 1 + 29

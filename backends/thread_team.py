@@ -1,0 +1,332 @@
+"""A native thread team for parallel kernels: workers that spin briefly, then sleep on a futex.
+
+Why not the runtime's Python pool (:func:`tcc.runtime.run_parallel`)?  Its
+workers block in ``queue.get`` and the caller blocks on a condition: each
+hand-off is a futex sleep and wake, and on a virtual machine a vCPU that went
+idle takes tens to hundreds of microseconds to wake (the guest halts it; the
+wake is an interrupt through the hypervisor).  Measured on this 2-core VM
+(docs/runtime.md): a parallel kernel whose half takes 71 us took 310 us split
+over the Python pool -- slower than running it whole on one thread (143 us)
+-- because the worker started its part late and the caller then waited for
+the GIL.  OpenMP runtimes (torch's) avoid this by letting idle workers spin
+for a while before they sleep; this module does the same, in native code, so
+neither the spin nor the hand-off touches the GIL:
+
+* ``tcc_team_worker(team)`` is the body of each worker thread (a Python
+  thread that calls it through ctypes, which releases the GIL, and stays
+  there).  It waits for the team's *generation* to change -- spinning with
+  ``pause`` for :data:`SPIN_CYCLES` time-stamp-counter cycles after its last
+  job, then sleeping in ``futex(FUTEX_WAIT)`` -- and then claims parts of
+  the posted job until none is left.
+* ``tcc_team_run(team, fn, bufs, sizes, nparts)`` is called by the program's
+  thread through ctypes: it posts the job (under a busy flag; it returns 0
+  without running anything when another thread's job holds the team, and the
+  caller falls back to the Python pool), claims parts itself, and spins until
+  every part has finished.  Only then does it return, so no part can write
+  into a buffer after the call.
+
+A part is claimed by compare-and-swap on a counter tagged with the job's
+generation, so a worker that wakes late for an old job never runs a part of
+the new one with the old job's function.  Which thread runs a part does not
+change what the part computes: results are bit for bit those of the Python
+pool and of one thread.
+
+Workers spinning would take a core from BLAS, whose own threads run the
+external kernels, so :func:`park` sends them to sleep at once; the runtime
+parks them before every ``extern``.  With more threads than cores nobody
+spins (a spinning worker would then take time from a working one).
+
+Only on x86-64 Linux (the futex system call number and ``pause``); elsewhere
+:func:`team` is None and the Python pool serves.  Workers are stopped and
+joined at exit, before the engine holding their code is freed, and a forked
+child starts without a team (the workers do not exist there).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import platform
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SPIN_CYCLES", "Team", "park", "team"]
+
+#: how long an idle worker spins before it sleeps, in time-stamp-counter cycles (about 1 ms at 3 GHz):
+#: longer than the Python between two kernels of a call, or between two calls in a loop
+SPIN_CYCLES = int(os.environ.get("TCC_SPIN_CYCLES", "3000000"))
+
+# the team's words (int64), each on its own 64-byte line where threads write it
+_GEN, _FN, _BUFS, _SIZES, _NPARTS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK = (
+    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 56, 64)
+_WORDS = 72
+
+_IR = r"""
+declare i64 @llvm.readcyclecounter()
+declare void @llvm.x86.sse2.pause()
+declare i64 @syscall(i64, ...)
+
+define private ptr @word(ptr %t, i64 %k) alwaysinline {
+  %p = getelementptr i64, ptr %t, i64 %k
+  ret ptr %p
+}
+
+; run parts of job %gen until none is left (or the job is no longer the current one)
+define private void @run_parts(ptr %t, i64 %gen) {
+entry:
+  %fnp = call ptr @word(ptr %t, i64 FN)
+  %fn = load atomic ptr, ptr %fnp acquire, align 8
+  %bp = call ptr @word(ptr %t, i64 BUFS)
+  %bufs = load atomic ptr, ptr %bp acquire, align 8
+  %sp = call ptr @word(ptr %t, i64 SIZES)
+  %sizes = load atomic ptr, ptr %sp acquire, align 8
+  %np = call ptr @word(ptr %t, i64 NPARTS)
+  %n = load atomic i64, ptr %np acquire, align 8
+  %claimp = call ptr @word(ptr %t, i64 CLAIM)
+  %donep = call ptr @word(ptr %t, i64 DONE)
+  %tag = shl i64 %gen, 32
+  br label %loop
+loop:
+  %c = load atomic i64, ptr %claimp acquire, align 8
+  %ctag = and i64 %c, -4294967296
+  %part = and i64 %c, 4294967295
+  %stale = icmp ne i64 %ctag, %tag
+  %over = icmp sge i64 %part, %n
+  %quit = or i1 %stale, %over
+  br i1 %quit, label %exit, label %try
+try:
+  %c1 = add i64 %c, 1
+  %pair = cmpxchg ptr %claimp, i64 %c, i64 %c1 acq_rel acquire
+  %ok = extractvalue { i64, i1 } %pair, 1
+  br i1 %ok, label %run, label %loop
+run:
+  call void %fn(ptr %bufs, ptr %sizes, i64 %part, i64 %n)
+  %d = atomicrmw add ptr %donep, i64 1 release
+  br label %loop
+exit:
+  ret void
+}
+
+define void @tcc_team_worker(ptr %t) {
+entry:
+  %genp = call ptr @word(ptr %t, i64 GEN)
+  %stopp = call ptr @word(ptr %t, i64 STOP)
+  %parkp = call ptr @word(ptr %t, i64 PARK)
+  %spinp = call ptr @word(ptr %t, i64 SPIN)
+  %sleepp = call ptr @word(ptr %t, i64 SLEEPERS)
+  %seen0 = load atomic i64, ptr %genp acquire, align 8
+  br label %wait
+wait:
+  %seen = phi i64 [ %seen0, %entry ], [ %g, %work ], [ %seen, %woke ]
+  %start = call i64 @llvm.readcyclecounter()
+  br label %spin
+spin:
+  %g = load atomic i64, ptr %genp acquire, align 8
+  %new = icmp ne i64 %g, %seen
+  br i1 %new, label %work, label %check
+check:
+  %stop = load atomic i64, ptr %stopp monotonic, align 8
+  %stopping = icmp ne i64 %stop, 0
+  br i1 %stopping, label %exit, label %idle
+idle:
+  %park = load atomic i64, ptr %parkp monotonic, align 8
+  %parked = icmp ne i64 %park, 0
+  %now = call i64 @llvm.readcyclecounter()
+  %spent = sub i64 %now, %start
+  %limit = load atomic i64, ptr %spinp monotonic, align 8
+  %tired = icmp uge i64 %spent, %limit
+  %sleep = or i1 %parked, %tired
+  br i1 %sleep, label %tosleep, label %relax
+relax:
+  call void @llvm.x86.sse2.pause()
+  br label %spin
+tosleep:
+  %s0 = atomicrmw add ptr %sleepp, i64 1 seq_cst
+  %g2 = load atomic i64, ptr %genp seq_cst, align 8
+  %stop2 = load atomic i64, ptr %stopp seq_cst, align 8
+  %same = icmp eq i64 %g2, %seen
+  %live = icmp eq i64 %stop2, 0
+  %block = and i1 %same, %live
+  br i1 %block, label %futex, label %woke
+futex:
+  %low = and i64 %seen, 4294967295
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %genp, i64 128, i64 %low, ptr null)
+  br label %woke
+woke:
+  %s1 = atomicrmw sub ptr %sleepp, i64 1 seq_cst
+  br label %wait
+work:
+  call void @run_parts(ptr %t, i64 %g)
+  br label %wait
+exit:
+  ret void
+}
+
+; 1: the job ran (every part finished); 0: the team is busy with another thread's job, nothing ran
+define i64 @tcc_team_run(ptr %t, ptr %fn, ptr %bufs, ptr %sizes, i64 %n) {
+entry:
+  %busyp = call ptr @word(ptr %t, i64 BUSY)
+  %pair = cmpxchg ptr %busyp, i64 0, i64 1 acquire monotonic
+  %got = extractvalue { i64, i1 } %pair, 1
+  br i1 %got, label %post, label %refused
+refused:
+  ret i64 0
+post:
+  %genp = call ptr @word(ptr %t, i64 GEN)
+  %old = load atomic i64, ptr %genp monotonic, align 8
+  %gen = add i64 %old, 1
+  %tag = shl i64 %gen, 32
+  %claimp = call ptr @word(ptr %t, i64 CLAIM)
+  store atomic i64 %tag, ptr %claimp seq_cst, align 8
+  %fnp = call ptr @word(ptr %t, i64 FN)
+  store atomic ptr %fn, ptr %fnp release, align 8
+  %bp = call ptr @word(ptr %t, i64 BUFS)
+  store atomic ptr %bufs, ptr %bp release, align 8
+  %sp = call ptr @word(ptr %t, i64 SIZES)
+  store atomic ptr %sizes, ptr %sp release, align 8
+  %np = call ptr @word(ptr %t, i64 NPARTS)
+  store atomic i64 %n, ptr %np release, align 8
+  %donep = call ptr @word(ptr %t, i64 DONE)
+  store atomic i64 0, ptr %donep release, align 8
+  %parkp = call ptr @word(ptr %t, i64 PARK)
+  store atomic i64 0, ptr %parkp release, align 8
+  store atomic i64 %gen, ptr %genp seq_cst, align 8
+  %sleepp = call ptr @word(ptr %t, i64 SLEEPERS)
+  %sleepers = load atomic i64, ptr %sleepp seq_cst, align 8
+  %any = icmp ne i64 %sleepers, 0
+  br i1 %any, label %wake, label %mine
+wake:
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %genp, i64 129, i64 2147483647)
+  br label %mine
+mine:
+  call void @run_parts(ptr %t, i64 %gen)
+  br label %join
+join:
+  %d = load atomic i64, ptr %donep acquire, align 8
+  %all = icmp sge i64 %d, %n
+  br i1 %all, label %done, label %relax
+relax:
+  call void @llvm.x86.sse2.pause()
+  br label %join
+done:
+  store atomic i64 0, ptr %busyp release, align 8
+  ret i64 1
+}
+"""
+
+
+def _ir() -> str:
+    text = _IR
+    for name, word in (("GEN", _GEN), ("FN", _FN), ("BUFS", _BUFS), ("SIZES", _SIZES), ("NPARTS", _NPARTS),
+                       ("CLAIM", _CLAIM), ("DONE", _DONE), ("STOP", _STOP), ("SLEEPERS", _SLEEPERS),
+                       ("SPIN", _SPIN), ("BUSY", _BUSY), ("PARK", _PARK)):
+        text = text.replace(f"i64 {name})", f"i64 {word})")
+    return text
+
+
+class Team:
+    """The process's workers and the words they share (a NumPy array: its address is fixed)."""
+
+    def __init__(self) -> None:
+        import llvmlite.binding as llvm
+
+        from .llvm.machines import host_triple, initialize_host, new_host_target_machine
+
+        initialize_host()
+        module = llvm.parse_assembly(_ir())
+        module.triple = host_triple()
+        module.verify()
+        libc = ctypes.CDLL(None)
+        llvm.add_symbol("syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
+        self._engine = llvm.create_mcjit_compiler(module, new_host_target_machine())
+        self._engine.finalize_object()
+        self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._engine.get_function_address("tcc_team_worker"))
+        self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_void_p, ctypes.c_int64)(self._engine.get_function_address("tcc_team_run"))
+        self.words = np.zeros(_WORDS + 8, dtype=np.int64)
+        self._base = self.words.ctypes.data
+        self._lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self._cores = _cores()
+        self.words[_SPIN] = SPIN_CYCLES
+
+    def ensure(self, workers: int) -> None:
+        """At least ``workers`` worker threads (the caller runs parts too); nobody spins with more
+        threads than cores."""
+        with self._lock:
+            while len(self.threads) < workers:
+                t = threading.Thread(target=self._worker, args=(self._base,), name=f"tcc-team-{len(self.threads)}",
+                                     daemon=True)
+                t.start()
+                self.threads.append(t)
+            self.words[_SPIN] = SPIN_CYCLES if len(self.threads) + 1 <= self._cores else 0
+
+    def run(self, fn_address: int, ptrs: Any, sizes: Any, nparts: int) -> bool:
+        """Run ``fn(ptrs, sizes, part, nparts)`` for every part; False (nothing ran) if the team is busy."""
+        self.ensure(nparts - 1)
+        return bool(self._run(self._base, fn_address, ctypes.addressof(ptrs), ctypes.addressof(sizes), nparts))
+
+    def park(self) -> None:
+        """Idle workers stop spinning and sleep until the next job (before BLAS takes the cores)."""
+        self.words[_PARK] = 1
+
+    def stop(self) -> None:
+        """End every worker (they return from native code) and wait for them."""
+        self.words[_STOP] = 1
+        self.words[_GEN] += 1  # a worker between its last look at STOP and its futex wait finds GEN changed
+        libc = ctypes.CDLL(None)
+        libc.syscall(ctypes.c_long(202), ctypes.c_void_p(self._base), ctypes.c_long(129), ctypes.c_long(2 ** 31 - 1))
+        for t in self.threads:
+            t.join()
+        self.threads.clear()
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_TEAM: Team | None = None
+_TEAM_LOCK = threading.Lock()
+_SUPPORTED = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64") and \
+    os.environ.get("TCC_THREAD_TEAM", "1") != "0"
+
+
+def team() -> Team | None:
+    """The process's team (made on first use), or None where there is none (see the module docstring)."""
+    global _TEAM
+    if not _SUPPORTED:
+        return None
+    if _TEAM is None:
+        with _TEAM_LOCK:
+            if _TEAM is None:
+                _TEAM = Team()
+    return _TEAM
+
+
+def park() -> None:
+    """Send the team's idle workers to sleep, if there is a team (none is made)."""
+    if _TEAM is not None:
+        _TEAM.park()
+
+
+def _stop_at_exit() -> None:
+    if _TEAM is not None:
+        _TEAM.stop()
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of the parent's workers: it makes its own team when it needs one."""
+    global _TEAM, _TEAM_LOCK
+    _TEAM = None
+    _TEAM_LOCK = threading.Lock()
+
+
+atexit.register(_stop_at_exit)
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_forget_after_fork)

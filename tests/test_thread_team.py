@@ -1,0 +1,177 @@
+"""The native thread team that runs parallel kernels' parts (tcc.backends.thread_team).
+
+What it must guarantee: the same bits as one thread and as the Python pool,
+every part finished when a call returns, a free fallback when another
+thread's kernel holds it, idle workers asleep while BLAS runs, and a clean
+exit.  Ctrl-C and fork with the team are in test_runtime_reliability.py.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tcc
+import tcc.backends.cpu as cpu
+import tcc.backends.thread_team as thread_team
+from tests.family_sources import LAYERNORM
+
+pytestmark = pytest.mark.skipif(thread_team.team() is None, reason="the native team is x86-64 Linux only")
+
+CONV = "input x[n], w[m]\ny[i] = sum[k](sin(x[i + k]) * w[k])\n"
+ROWS = "input X[a, c]\nlocal s[a]\ns[i] = sum[j](exp(X[i, j]))\nP[i, j] = exp(X[i, j]) / s[i]\n"
+
+
+def _with_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(thread_team, "_SUPPORTED", False)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_same_bits_as_one_thread_and_the_python_pool(threads: int, dtype: type,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(threads)
+    x, w = rng.random(10_007).astype(dtype), rng.random(13).astype(dtype)
+    X = rng.standard_normal((67, 129)).astype(dtype)
+    conv, rows = tcc.compile(CONV, dtype=dtype, threads=threads), tcc.compile(ROWS, dtype=dtype, threads=threads)
+    assert conv.executable.kernels[0].parallel
+    team_conv, team_rows = conv(x=x, w=w)["y"], rows(X=X)["P"]
+    conv.threads = rows.threads = 1
+    one_conv, one_rows = conv(x=x, w=w)["y"], rows(X=X)["P"]
+    _with_pool(monkeypatch)
+    conv.threads = rows.threads = threads
+    pool_conv, pool_rows = conv(x=x, w=w)["y"], rows(X=X)["P"]
+    for got in (team_conv, pool_conv):
+        np.testing.assert_array_equal(got, one_conv)
+    for got in (team_rows, pool_rows):
+        np.testing.assert_array_equal(got, one_rows)
+    want = np.correlate(np.sin(x.astype(np.float64)), w.astype(np.float64), mode="valid")
+    np.testing.assert_allclose(one_conv, want, rtol=1e-4 if dtype == np.float32 else 1e-12)
+
+
+def test_the_team_runs_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parallel kernel goes to the team, not to the Python pool (which stays unused)."""
+    used: list[int] = []
+    monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 0)
+    f = tcc.compile(CONV, threads=2)
+    x, w = np.random.default_rng(0).random(5_000), np.random.default_rng(1).random(7)
+    fallback_calls: list[int] = []
+    real = cpu.split_kernel
+
+    def spy(entry, ptrs, sizes, threads, fallback):  # noqa: ANN001
+        used.append(threads)
+        real(entry, ptrs, sizes, threads, lambda *a: fallback_calls.append(a[-1]))
+
+    monkeypatch.setattr(cpu, "split_kernel", spy)
+    y = f(x=x, w=w)["y"]
+    assert used and set(used) == {2} and fallback_calls == []
+    np.testing.assert_allclose(y, np.correlate(np.sin(x), w, mode="valid"), rtol=1e-12)
+
+
+def test_a_busy_team_hands_the_kernel_to_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another thread's kernel holds the team, a split runs on the Python pool instead."""
+    monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 0)
+    team = thread_team.team()
+    assert team is not None
+    f = tcc.compile(CONV, threads=2)
+    x, w = np.random.default_rng(2).random(3_000), np.random.default_rng(3).random(5)
+    want = f(x=x, w=w)["y"]
+    fallbacks: list[int] = []
+    real = cpu.split_kernel
+
+    def spy(entry, ptrs, sizes, threads, fallback):  # noqa: ANN001
+        def counted(*args):  # noqa: ANN002
+            fallbacks.append(args[-1])
+            fallback(*args)
+        real(entry, ptrs, sizes, threads, counted)
+
+    monkeypatch.setattr(cpu, "split_kernel", spy)
+    team.words[thread_team._BUSY] = 1  # as if another thread's job held it
+    try:
+        got = f(x=x, w=w)["y"]
+    finally:
+        team.words[thread_team._BUSY] = 0
+    assert fallbacks and set(fallbacks) == {2}
+    np.testing.assert_array_equal(got, want)
+
+
+def test_calls_from_several_threads_at_once() -> None:
+    """Concurrent calls share one team (the losers of the busy flag use the Python pool): every
+    result is right."""
+    f = tcc.compile(LAYERNORM.format(A=64, C=300), threads=2, results=["Y"])
+    rng = np.random.default_rng(4)
+    inputs = [dict(X=rng.standard_normal((64, 300)), g=rng.standard_normal(300), b=rng.standard_normal(300))
+              for _ in range(4)]
+    wants = [f(**a)["Y"] for a in inputs]
+    errors: list[str] = []
+
+    def hammer(k: int) -> None:
+        for _ in range(60):
+            if not np.array_equal(f(**inputs[k])["Y"], wants[k]):
+                errors.append(f"thread {k}")
+                return
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_idle_workers_sleep_after_park() -> None:
+    """park() (before every extern) sends spinning workers to sleep at once, so BLAS gets the core."""
+    team = thread_team.team()
+    assert team is not None
+    f = tcc.compile(CONV, threads=2)
+    f(x=np.random.default_rng(5).random(50_000), w=np.ones(9))
+    assert len(team.threads) >= 1
+    thread_team.park()
+    deadline = time.monotonic() + 10
+    while team.words[thread_team._SLEEPERS] < len(team.threads) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert team.words[thread_team._SLEEPERS] == len(team.threads)
+
+
+def _run(script: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TCC_PARALLEL_GRAIN": "0"})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_no_spinning_with_more_threads_than_cores() -> None:
+    """Oversubscribed, a spinning worker would take time from a working one: they only sleep (in a
+    fresh process: the team's workers are for the whole process)."""
+    out = _run(f"""
+        import numpy as np, tcc
+        import tcc.backends.thread_team as tt
+        cores = tt._cores()
+        f = tcc.compile({CONV!r}, threads=cores)
+        x, w = np.random.default_rng(6).random(20_000), np.random.default_rng(7).random(11)
+        want = f(x=x, w=w)["y"]
+        spin_fitting = int(tt.team().words[tt._SPIN])
+        f.threads = cores + 3
+        same = np.array_equal(f(x=x, w=w)["y"], want)
+        print(spin_fitting > 0 or cores == 1, int(tt.team().words[tt._SPIN]), len(tt.team().threads) == cores + 2, same)
+        """)
+    assert out.split() == ["True", "0", "True", "True"]
+
+
+def test_exit_right_after_a_parallel_call_neither_hangs_nor_crashes() -> None:
+    """The workers are stopped and joined at exit, while they may still spin or sleep."""
+    script = textwrap.dedent(f"""
+        import numpy as np, tcc
+        f = tcc.compile({CONV!r}, threads=2)
+        for n in (50_000, 60_000):
+            f(x=np.random.default_rng(0).random(n), w=np.ones(5))
+        print("ok")
+        """)
+    for _ in range(3):
+        assert _run(script).split() == ["ok"]
