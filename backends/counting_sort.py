@@ -58,16 +58,10 @@ def _compiled() -> tuple[object, object]:
     llvmlite is imported here, not with the module: the runtime imports this module, and
     importing the runtime must not load a code generator (tests/test_pipeline.py).
     """
-    import llvmlite.binding as llvm
-
-    from .llvm.machines import initialize_host, new_host_target_machine
+    from .llvm.machines import jit_ir
 
     with _LOCK:
-        initialize_host()
-        mod = llvm.parse_assembly(_IR)
-        mod.verify()
-        engine = llvm.create_mcjit_compiler(mod, new_host_target_machine())
-        engine.finalize_object()
+        engine = jit_ir(_IR)
         return engine, _SIGNATURE(engine.get_function_address("tcc_place_stable"))
 
 

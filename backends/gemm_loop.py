@@ -68,17 +68,11 @@ _LOCK = threading.Lock()
 @functools.lru_cache(maxsize=1)
 def _compiled() -> tuple[object, dict[str, object]]:
     """The engine (kept alive with the functions) and the loop per dtype character, compiled on first use."""
-    import llvmlite.binding as llvm
-
-    from .llvm.machines import initialize_host, new_host_target_machine
+    from .llvm.machines import jit_ir
 
     with _LOCK:
-        initialize_host()
-        ir = "".join(_TEMPLATE.format(ch=ch, real=real, loads=_LOADS) for ch, real in (("d", "double"), ("s", "float")))
-        mod = llvm.parse_assembly(ir)
-        mod.verify()
-        engine = llvm.create_mcjit_compiler(mod, new_host_target_machine())
-        engine.finalize_object()
+        engine = jit_ir("".join(_TEMPLATE.format(ch=ch, real=real, loads=_LOADS)
+                                for ch, real in (("d", "double"), ("s", "float"))))
         fns = {ch: _SIGNATURE(engine.get_function_address(f"tcc_gemm_loop_{ch}")) for ch in "ds"}
         return engine, fns
 

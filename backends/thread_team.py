@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import logging
 import os
 import platform
 import sys
@@ -233,16 +234,10 @@ class Team:
     def __init__(self) -> None:
         import llvmlite.binding as llvm
 
-        from .llvm.machines import host_triple, initialize_host, new_host_target_machine
+        from .llvm.machines import jit_ir
 
-        initialize_host()
-        module = llvm.parse_assembly(_ir())
-        module.triple = host_triple()
-        module.verify()
-        libc = ctypes.CDLL(None)
-        llvm.add_symbol("syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
-        self._engine = llvm.create_mcjit_compiler(module, new_host_target_machine())
-        self._engine.finalize_object()
+        llvm.add_symbol("syscall", ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
+        self._engine = jit_ir(_ir())
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._engine.get_function_address("tcc_team_worker"))
         self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.c_int64)(self._engine.get_function_address("tcc_team_run"))
@@ -256,6 +251,8 @@ class Team:
     def ensure(self, workers: int) -> None:
         """At least ``workers`` worker threads (the caller runs parts too); nobody spins with more
         threads than cores."""
+        if len(self.threads) >= workers:
+            return
         with self._lock:
             while len(self.threads) < workers:
                 t = threading.Thread(target=self._worker, args=(self._base,), name=f"tcc-team-{len(self.threads)}",
@@ -298,14 +295,20 @@ _SUPPORTED = sys.platform.startswith("linux") and platform.machine() in ("x86_64
 
 
 def team() -> Team | None:
-    """The process's team (made on first use), or None where there is none (see the module docstring)."""
-    global _TEAM
+    """The process's team (made on first use), or None where there is none (see the module docstring):
+    also where it cannot be compiled, which is logged once and leaves parallel kernels to the Python pool."""
+    global _TEAM, _SUPPORTED
     if not _SUPPORTED:
         return None
     if _TEAM is None:
         with _TEAM_LOCK:
-            if _TEAM is None:
-                _TEAM = Team()
+            if _TEAM is None and _SUPPORTED:
+                try:
+                    _TEAM = Team()
+                except (RuntimeError, OSError, AttributeError, ValueError) as exc:  # pragma: no cover - LLVM/libc
+                    logging.getLogger(__name__).warning("no native thread team (%s): the Python pool runs "
+                                                        "parallel kernels", exc)
+                    _SUPPORTED = False
     return _TEAM
 
 

@@ -14,7 +14,8 @@ the lowering a backend):
   kernel ABI that :func:`tcc.backends.llvm.lower_program` needs for
   ``lower-llvm{target=cpu|cuda|cuda-sim}``.
 
-llvmlite's binding layer is initialised on first use only.
+It also compiles the runtime's small hand-written native helpers for the host
+(:func:`jit_ir`).  llvmlite's binding layer is initialised on first use only.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import llvmlite.binding as llvm
 
@@ -41,6 +42,7 @@ __all__ = [
     "host_triple",
     "initialize_host",
     "initialize_nvptx",
+    "jit_ir",
     "new_host_target_machine",
     "nvptx_target_machine",
 ]
@@ -73,6 +75,22 @@ def new_host_target_machine() -> llvm.TargetMachine:
         opt=3,
         jit=True,
     )
+
+
+def jit_ir(text: str) -> Any:
+    """A finalized MCJIT engine of a small hand-written IR module, compiled for the host.
+
+    The runtime's native helpers (``gemm_loop``, ``counting_sort``,
+    ``thread_team``) are such modules: a few functions called through ctypes
+    so that a loop runs without the GIL.  The caller keeps the engine alive
+    for as long as its functions may run (freeing it frees their code).
+    """
+    initialize_host()
+    module = llvm.parse_assembly(text)
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, new_host_target_machine())
+    engine.finalize_object()
+    return engine
 
 
 @functools.lru_cache(maxsize=None)
