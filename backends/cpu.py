@@ -144,7 +144,8 @@ def split_kernel(entry: "KernelEntry", ptrs: Any, sizes: Any, threads: int, fall
     other thread's kernel holds it (:mod:`tcc.backends.thread_team`), else with ``fallback``, the
     runtime's Python pool (:func:`tcc.runtime.run_parallel`).  Either way every part has finished on return."""
     team = thread_team.team()
-    if team is None or not entry.address or not team.run(entry.address, ptrs, sizes, threads):
+    if team is None or not entry.address or not team.run(entry.address, ctypes.addressof(ptrs),
+                                                         ctypes.addressof(sizes), threads):
         fallback(entry.fn, ptrs, sizes, threads)
 
 

@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["gemm_loop"]
+__all__ = ["gemm_loop", "gemm_loop_parts"]
 
 #: the fixed arguments of every call, in the order of ``cfg``
 _CFG = ("ta", "tb", "m", "nn", "k", "lda", "ldb", "ldc")
@@ -31,12 +31,12 @@ _LOADS = "".join(f"  %p{i} = getelementptr inbounds i64, ptr %cfg, i64 {i}\n  %{
                  for i, name in enumerate(_CFG))
 
 _TEMPLATE = r"""
-define void @tcc_gemm_loop_{ch}(ptr %fn, ptr noalias %cfg, ptr noalias %offs, i64 %n, ptr %a, ptr %b, ptr %c) {{
+define private void @tcc_gemm_range_{ch}(ptr %fn, ptr noalias %cfg, ptr noalias %offs, i64 %lo, i64 %hi, ptr %a, ptr %b, ptr %c) {{
 entry:
-{loads}  %empty = icmp sle i64 %n, 0
+{loads}  %empty = icmp sge i64 %lo, %hi
   br i1 %empty, label %exit, label %body
 body:
-  %i = phi i64 [ 0, %entry ], [ %i1, %body ]
+  %i = phi i64 [ %lo, %entry ], [ %i1, %body ]
   %q = mul i64 %i, 4
   %qa = getelementptr inbounds i64, ptr %offs, i64 %q
   %oa = load i64, ptr %qa
@@ -53,9 +53,39 @@ body:
   %beta = select i1 %add, {real} 1.0, {real} 0.0
   call void %fn(i64 101, i64 %ta, i64 %tb, i64 %m, i64 %nn, i64 %k, {real} 1.0, ptr %pa, i64 %lda, ptr %pb, i64 %ldb, {real} %beta, ptr %pc, i64 %ldc)
   %i1 = add nuw nsw i64 %i, 1
-  %more = icmp slt i64 %i1, %n
+  %more = icmp slt i64 %i1, %hi
   br i1 %more, label %body, label %exit
 exit:
+  ret void
+}}
+
+define void @tcc_gemm_loop_{ch}(ptr %fn, ptr noalias %cfg, ptr noalias %offs, i64 %n, ptr %a, ptr %b, ptr %c) {{
+  call void @tcc_gemm_range_{ch}(ptr %fn, ptr %cfg, ptr %offs, i64 0, i64 %n, ptr %a, ptr %b, ptr %c)
+  ret void
+}}
+
+; a kernel-shaped entry (job, unused, part, nparts) for the thread team: the calls n*part/nparts up to
+; n*(part+1)/nparts of the job (fn, cfg, offs, n, a, b, c)
+define void @tcc_gemm_part_{ch}(ptr %job, ptr %unused, i64 %part, i64 %nparts) {{
+  %j1 = getelementptr i64, ptr %job, i64 1
+  %j2 = getelementptr i64, ptr %job, i64 2
+  %j3 = getelementptr i64, ptr %job, i64 3
+  %j4 = getelementptr i64, ptr %job, i64 4
+  %j5 = getelementptr i64, ptr %job, i64 5
+  %j6 = getelementptr i64, ptr %job, i64 6
+  %fn = load ptr, ptr %job
+  %cfg = load ptr, ptr %j1
+  %offs = load ptr, ptr %j2
+  %n = load i64, ptr %j3
+  %a = load ptr, ptr %j4
+  %b = load ptr, ptr %j5
+  %c = load ptr, ptr %j6
+  %np = mul i64 %n, %part
+  %lo = sdiv i64 %np, %nparts
+  %part1 = add i64 %part, 1
+  %np1 = mul i64 %n, %part1
+  %hi = sdiv i64 %np1, %nparts
+  call void @tcc_gemm_range_{ch}(ptr %fn, ptr %cfg, ptr %offs, i64 %lo, i64 %hi, ptr %a, ptr %b, ptr %c)
   ret void
 }}
 """
@@ -73,13 +103,35 @@ def _compiled() -> tuple[object, dict[str, object]]:
     with _LOCK:
         engine = jit_ir("".join(_TEMPLATE.format(ch=ch, real=real, loads=_LOADS)
                                 for ch, real in (("d", "double"), ("s", "float"))))
-        fns = {ch: _SIGNATURE(engine.get_function_address(f"tcc_gemm_loop_{ch}")) for ch in "ds"}
+        fns: dict[str, object] = {ch: _SIGNATURE(engine.get_function_address(f"tcc_gemm_loop_{ch}")) for ch in "ds"}
+        fns.update({f"part_{ch}": engine.get_function_address(f"tcc_gemm_part_{ch}") for ch in "ds"})
         return engine, fns
+
+
+def _blas(ch: str) -> str:
+    """BLAS's type character of NumPy's (``d``; float32 is NumPy's ``f``, BLAS's ``s``)."""
+    return "s" if ch == "f" else ch
 
 
 def gemm_loop(ch: str, fn: int, cfg: np.ndarray, offs: np.ndarray, a: int, b: int, c: int) -> None:
     """For each row ``(oa, ob, oc, beta)`` of ``offs`` (int64, ``n x 4``), call the row-major
     ``cblas_?gemm`` at address ``fn`` with ``cfg`` = ``(transA, transB, M, N, K, lda, ldb, ldc)`` on
-    ``a + oa``, ``b + ob``, ``c + oc`` (byte addresses) and ``beta`` 0 or 1; ``ch`` is ``d`` or ``s``."""
+    ``a + oa``, ``b + ob``, ``c + oc`` (byte addresses) and ``beta`` 0 or 1; ``ch`` is ``d`` or ``s``
+    (or NumPy's ``f`` for float32)."""
     _, fns = _compiled()
-    fns[ch](fn, cfg.ctypes.data, offs.ctypes.data, offs.shape[0], a, b, c)  # type: ignore[operator]
+    fns[_blas(ch)](fn, cfg.ctypes.data, offs.ctypes.data, offs.shape[0], a, b, c)  # type: ignore[operator]
+
+
+def gemm_loop_parts(ch: str, fn: int, cfg: np.ndarray, offs: np.ndarray, a: int, b: int, c: int,
+                    nparts: int) -> bool:
+    """:func:`gemm_loop`'s calls dealt in ``nparts`` contiguous runs to the thread team
+    (:mod:`tcc.backends.thread_team`), each run one native loop; the calls must write disjoint
+    results.  False (nothing ran) where there is no team or another thread's job holds it."""
+    from .thread_team import team
+
+    crew = team()
+    if crew is None:
+        return False
+    _, fns = _compiled()
+    job = np.array([fn, cfg.ctypes.data, offs.ctypes.data, offs.shape[0], a, b, c], dtype=np.int64)
+    return crew.run(fns[f"part_{_blas(ch)}"], job.ctypes.data, job.ctypes.data, nparts)  # type: ignore[arg-type]

@@ -261,10 +261,11 @@ class Team:
                 self.threads.append(t)
             self.words[_SPIN] = SPIN_CYCLES if len(self.threads) + 1 <= self._cores else 0
 
-    def run(self, fn_address: int, ptrs: Any, sizes: Any, nparts: int) -> bool:
-        """Run ``fn(ptrs, sizes, part, nparts)`` for every part; False (nothing ran) if the team is busy."""
+    def run(self, fn_address: int, ptrs: int, sizes: int, nparts: int) -> bool:
+        """Run ``fn(ptrs, sizes, part, nparts)`` (addresses: a kernel's, and of its two argument arrays)
+        for every part; False (nothing ran) if another thread's job holds the team."""
         self.ensure(nparts - 1)
-        return bool(self._run(self._base, fn_address, ctypes.addressof(ptrs), ctypes.addressof(sizes), nparts))
+        return bool(self._run(self._base, fn_address, ptrs, sizes, nparts))
 
     def park(self) -> None:
         """Idle workers stop spinning and sleep until the next job (before BLAS takes the cores)."""

@@ -31,6 +31,8 @@ import numpy as np
 __all__ = ["gemm", "gemm_args", "native"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+#: NumPy's type character -> BLAS's (float32 is NumPy's ``f``, BLAS's ``s``)
+_BLAS_CHAR = {"d": "d", "f": "s"}
 _lock = threading.Lock()
 _fns: dict[str, Any] | None = None
 
@@ -136,7 +138,7 @@ def gemm_args(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[Any, tuple[i
     m, n = c.shape
     if m == 0 or n == 0 or a.shape[1] == 0:
         return None
-    f = native().get(c.dtype.char)
+    f = native().get(_BLAS_CHAR.get(c.dtype.char, ""))
     config = None if f is None else _config(a, b, c)
     return None if config is None else (f, *config)
 

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tcc.ir.contraction import Spec, groups
+from tcc.stack_matmul import matmul_stack
 
 __all__ = ["run_contract", "plan_copies", "plan_split"]
 
@@ -121,8 +122,9 @@ def plan_copies(spec: Spec, a: np.ndarray, b: np.ndarray) -> tuple[tuple[str, ..
     return best
 
 
-def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """Write ``contract(A[...], B[...])`` into ``out`` (axes named ``spec[2]``) with one ``np.matmul``."""
+def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int | None = None) -> None:
+    """Write ``contract(A[...], B[...])`` into ``out`` (axes named ``spec[2]``) with one ``np.matmul``
+    (a stack of small products dealt over ``threads``: :mod:`tcc.stack_matmul`)."""
     b = b.astype(a.dtype, copy=False)
     g, ext = groups(spec), _extents(spec, a, b)
     if out.size == 0:
@@ -132,21 +134,21 @@ def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> N
         return
     k, split = _plan(spec, a, b)
     if split is not None:
-        _run_split(spec, a, b, out, g, ext, split)
+        _run_split(spec, a, b, out, g, ext, split, threads)
         return
     lhs = _stack(a, spec[0], g.batch, g.left, k, ext, 0)
     rhs = _stack(b, spec[1], g.batch, k, g.right, ext, 1)
     assert lhs is not None and rhs is not None
     res = _stack(out, spec[2], g.batch, g.left, g.right, ext, copy=None)
     if res is not None and res.flags.writeable and res.strides[2] == out.itemsize:
-        np.matmul(lhs, rhs, out=res)
+        matmul_stack(lhs, rhs, res, threads)
         return
     if res is not None:  # the result is stored the other way round: (B^T A^T) is C^T
-        np.matmul(rhs.swapaxes(1, 2), lhs.swapaxes(1, 2), out=res.swapaxes(1, 2))
+        matmul_stack(rhs.swapaxes(1, 2), lhs.swapaxes(1, 2), res.swapaxes(1, 2), threads)
         return
     view = _result_view(out, spec, g)
     tmp = _scratch_array(2, (lhs.shape[0], lhs.shape[1], rhs.shape[2]), out.dtype)
-    np.matmul(lhs, rhs, out=tmp)
+    matmul_stack(lhs, rhs, tmp, threads)
     view[...] = tmp.reshape(view.shape)
 
 
@@ -212,7 +214,7 @@ def _plan(spec: Spec, a: np.ndarray, b: np.ndarray) -> tuple[tuple[str, ...], tu
 
 
 def _run_split(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray, g: Any, ext: dict[str, int],
-               plan: tuple[str, tuple[str, ...]]) -> None:
+               plan: tuple[str, tuple[str, ...]], threads: int | None) -> None:
     """``out`` as the sum over a contracted index of a stack of products of views (:func:`plan_split`)."""
     x, order = plan
     batch = g.batch + (x,)
@@ -221,7 +223,7 @@ def _run_split(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray, g: Any
     assert lhs is not None and rhs is not None
     h = math.prod(ext[v] for v in g.batch)
     parts = _scratch_array(3, (lhs.shape[0], lhs.shape[1], rhs.shape[2]), out.dtype)
-    np.matmul(lhs, rhs, out=parts)
+    matmul_stack(lhs, rhs, parts, threads)
     summed = parts.reshape(h, ext[x], lhs.shape[1], rhs.shape[2])
     res = _stack(out, spec[2], g.batch, g.left, g.right, ext, copy=None)
     if res is not None and res.flags.writeable:

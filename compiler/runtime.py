@@ -52,6 +52,7 @@ from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executabl
 from tcc.contraction_kernel import run_contract
 from tcc.ir.contraction import has_window
 from tcc.window_kernel import run_window
+from tcc.stack_matmul import matmul_stack
 from tcc.gram_kernel import run_gram
 from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
 from tcc.interpreter import matrix_function
@@ -118,7 +119,7 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
         if getattr(stmt, "spec", ()) and has_window(stmt.spec):  # a stride-1 convolution: shifted GEMMs
             run_window(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif getattr(stmt, "spec", ()):
-            run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
+            run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out, threads)
         elif stmt.fn == "gram":  # X^T diag(w) X: syrk when every weight is >= 0 (tcc.gram_kernel)
             run_gram(buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif stmt.fn == "matmul":
@@ -131,8 +132,8 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
             elif a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous and a.size:
                 # a stack of matrices times one matrix is one GEMM on the stacked rows (not one per member)
                 np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
-            else:
-                np.matmul(a, b, out=out)
+            else:  # a stack of small products is dealt over the thread team (tcc.stack_matmul)
+                matmul_stack(a, b, out, threads)
         else:
             out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
 

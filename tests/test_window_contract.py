@@ -56,12 +56,20 @@ def test_windowed_extern_prints_and_parses_back():
     assert str(parse_loop_program(text)) == text
 
 
-def test_float32():
+def test_float32(monkeypatch):
+    """float32 runs the native BLAS loop too: NumPy's type character ``f`` is BLAS's ``s`` (it looked
+    for ``f``, found no entry point, and ran every product as ``np.matmul`` plus an addition)."""
+    import tcc.window_kernel as wk
+
+    calls = []
+    real = wk.gemm_loop
+    monkeypatch.setattr(wk, "gemm_loop", lambda ch, *rest: (calls.append(ch), real(ch, *rest)))
     src = conv()
     args = inputs(src, dtype=np.float32)
     f = tcc.compile(src, dtype=np.float32)
     ref = tcc.run(src, {k: v.astype(np.float64) for k, v in args.items()})["y"]
     np.testing.assert_allclose(f(**args)["y"], ref, rtol=1e-4, atol=1e-4)
+    assert calls and set(calls) == {"f"}
 
 
 def test_symbolic_batch_including_an_empty_one():
