@@ -56,9 +56,10 @@ import numpy as np
 
 __all__ = ["SPIN_CYCLES", "Team", "park", "team"]
 
-#: how long an idle worker spins before it sleeps, in time-stamp-counter cycles (about 1 ms at 3 GHz):
-#: longer than the Python between two kernels of a call, or between two calls in a loop
-SPIN_CYCLES = int(os.environ.get("TCC_SPIN_CYCLES", "3000000"))
+#: how long an idle worker spins before it sleeps, in time-stamp-counter cycles (0.2 ms at 2.4 GHz):
+#: longer than the Python between two kernels of a call, or between two calls in a loop, and short,
+#: because a spinning worker slows the caller's own Python here (docs/runtime.md#threads)
+SPIN_CYCLES = int(os.environ.get("TCC_SPIN_CYCLES", "500000"))
 
 # the team's words (int64), each on its own 64-byte line where threads write it
 _GEN, _FN, _BUFS, _SIZES, _NPARTS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK = (
