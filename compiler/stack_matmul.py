@@ -66,9 +66,34 @@ def matmul_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int | N
     gemm_loop(*plan)
 
 
+#: plans by the operands' layouts (shapes, strides, dtype): everything but the three base addresses
+_PLANS: dict[tuple, tuple[str, int, np.ndarray, np.ndarray, bool] | None] = {}
+_PLANS_MAX = 256
+
+
 def _plan(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple[str, int, np.ndarray, np.ndarray, int, int, int] | None:
     """The arguments of :func:`tcc.backends.gemm_loop.gemm_loop` computing the stack ``out = a @ b``
-    (``out`` 3-D, two members or more), or None where BLAS cannot take the members' views."""
+    (``out`` 3-D, two members or more), or None where BLAS cannot take the members' views.  The
+    layout's part is kept per layout: working it out costs some 30 us, a tenth of a 48^3 stack."""
+    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, out.dtype.char, a.dtype.char,
+           b.dtype.char)
+    if key in _PLANS:
+        layout = _PLANS[key]
+    else:
+        layout = _layout(a, b, out)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = layout
+    if layout is None:
+        return None
+    ch, fn, cfg, offs, swapped = layout
+    first, second = (b, a) if swapped else (a, b)
+    return ch, fn, cfg, offs, first.ctypes.data, second.ctypes.data, out.ctypes.data
+
+
+def _layout(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple[str, int, np.ndarray, np.ndarray, bool] | None:
+    """What :func:`_plan` keeps: the dtype character, BLAS entry point, call configuration, the members'
+    byte offsets, and whether the call's first matrix is ``b``'s."""
     if out.ndim != 3 or out.shape[0] < 2 or out.size == 0 or a.shape[-1] == 0:
         return None
     count = out.shape[0]
@@ -84,4 +109,4 @@ def _plan(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple[str, int, np.n
     offs = np.stack([steps * first.strides[0], steps * second.strides[0], steps * out.strides[0],
                      np.zeros(count, np.int64)], axis=1)
     return (out.dtype.char, ctypes.cast(f, ctypes.c_void_p).value or 0, np.array(cfg, dtype=np.int64),
-            np.ascontiguousarray(offs), first.ctypes.data, second.ctypes.data, out.ctypes.data)
+            np.ascontiguousarray(offs), swapped)
