@@ -404,6 +404,16 @@ class CompiledProgram:
             setattr(self, name, value)
 
     @property
+    def results(self) -> tuple[str, ...]:
+        """The definitions a call returns (``tcc.compile(..., results=)`` narrows them after construction)."""
+        return self._result_names
+
+    @results.setter
+    def results(self, names: tuple[str, ...]) -> None:
+        self._result_names = tuple(names)
+        self._scratch_names: frozenset[str] | None = None  # what _scratch derives from them, made on next use
+
+    @property
     def threads(self) -> int:
         return self._threads
 
@@ -604,10 +614,13 @@ class CompiledProgram:
     @property
     def _scratch(self) -> frozenset[str]:
         """The buffers a call neither takes nor returns, whose memory the next call may reuse: not the
-        zero-filled ones, which must start at zero (tcc.backends.zero_fill)."""
-        zeroed = getattr(self.executable, "zeroed_buffers", ())
-        return frozenset(b.name for b in self.loops.buffers
-                         if b.role != "input" and b.name not in self.results and b.name not in zeroed)
+        zero-filled ones, which must start at zero (tcc.backends.zero_fill).  Derived once per value of
+        :attr:`results` (it was 5 us of every call)."""
+        if self._scratch_names is None:
+            zeroed = getattr(self.executable, "zeroed_buffers", ())
+            self._scratch_names = frozenset(b.name for b in self.loops.buffers
+                                            if b.role != "input" and b.name not in self.results and b.name not in zeroed)
+        return self._scratch_names
 
     def release_scratch(self) -> None:
         """Free the intermediates' memory kept for the next call (it is allocated again when needed), the
