@@ -50,7 +50,6 @@ import os
 import platform
 import sys
 import threading
-from typing import Any
 
 import numpy as np
 

@@ -40,6 +40,7 @@ from .expr import (
     Binary,
     Const,
     Expr,
+    FreshNames,
     MatrixFn,
     Step,
     Sum,
@@ -220,7 +221,7 @@ def starts_tensor_expression(p, orders: dict[str, int]) -> bool:  # noqa: ANN001
         k += 1
 
 
-class TensorExprParser:
+class TensorExprParser(FreshNames):
     """Parses one whole-tensor expression from a :class:`tcc.ir.parser.Parser` and lowers it.
 
     ``orders``: every tensor that may be named, with its order; ``extents``:
@@ -463,11 +464,6 @@ class TensorExprParser:
         n.letter_axes = letter  # type: ignore[attr-defined]
 
     # -- lowering to L1 ---------------------------------------------------------
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
-
     def index_names(self, count: int) -> list[str]:
         out: list[str] = []
         for base in _INDEX_NAMES:

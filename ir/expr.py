@@ -551,6 +551,19 @@ def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
     return f"{base}{k}"
 
 
+class FreshNames:
+    """For the rewriters that invent names: ``self.taken`` holds every name in use (set it before the
+    first :meth:`fresh`), and :meth:`fresh` takes :func:`fresh_name`'s free name and records it, so
+    no two names a rewrite invents collide with each other or with the program's."""
+
+    taken: set[str]
+
+    def fresh(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
+
+
 # ---------------------------------------------------------------------------
 # Text form (``str(node)``; ``printer.format_program`` prints whole programs)
 # ---------------------------------------------------------------------------

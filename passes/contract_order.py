@@ -79,12 +79,12 @@ from tcc.ir.expr import (
     Binary,
     CSum,
     Expr,
+    FreshNames,
     MatrixFn,
     Sum,
     Unary,
     Where,
     free_names,
-    fresh_name,
     postorder,
     transform,
 )
@@ -170,7 +170,7 @@ def _opaque(e: Expr) -> bool:
     return any(isinstance(n, (Sum, CSum, Where, MatrixFn)) for n in postorder(e))
 
 
-class _Rewriter:
+class _Rewriter(FreshNames):
     def __init__(self, program: Program, min_work: int, min_gain: float, minimize: str, symbolic_size: int,
                  known: Mapping[str, int] | None = None) -> None:
         self.program = program
@@ -182,11 +182,6 @@ class _Rewriter:
         self.sizes = set(program.sizes())
         self.facts: Facts = program_facts(self.sizes)
         self.taken = program.names_in_use()
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     # -- matching ----------------------------------------------------------
     def collect(self, s: Sum, d: Definition) -> _Contraction | None:

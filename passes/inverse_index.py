@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from typing import Callable
 
-from tcc.ir.expr import ZERO, Access, Binary, Expr, Sum, Where, fresh_name, is_zero, transform
+from tcc.ir.expr import Access, Binary, Expr, FreshNames, Sum, Where, ZERO, fresh_name, is_zero, transform
 from tcc.ir.index import Affine, Compare, Cond, Lookup, Not, conjuncts, make_and
 from tcc.ir.program import Program, TensorDecl, derived_shape
 from tcc.ir.substitution import substitute
@@ -115,7 +115,7 @@ def _product(factors: list[Expr]) -> Expr:
     return out
 
 
-class _Inverter:
+class _Inverter(FreshNames):
     """The rewrites of one program, and the inverse arrays they declared (reused across definitions)."""
 
     def __init__(self, program: Program) -> None:
@@ -138,11 +138,6 @@ class _Inverter:
     def read(self, fn: str, src: str, at: Affine) -> Affine:
         decl = self.array(fn, src)
         return Affine.atom(Lookup(decl.name, (at,), decl.index_hi))
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     # -- the rewrites ----------------------------------------------------------
     def rewrite(self, node: Expr) -> Expr:

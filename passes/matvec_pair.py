@@ -60,7 +60,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Binary, Const, Expr, fresh_name
+from tcc.ir.expr import Access, Binary, Const, Expr, FreshNames
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import all_writes, program_names, read_names
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Let, Local, LoopProgram, Stmt, Store
@@ -84,7 +84,7 @@ class _Product:
     transposed: bool
 
 
-class _Pairing:
+class _Pairing(FreshNames):
     def __init__(self, program: LoopProgram, parts: int, max_row_bytes: int) -> None:
         self.program = program
         self.parts = parts
@@ -93,11 +93,6 @@ class _Pairing:
         self.buffers = set(self.shapes)
         self.taken = program_names(program)
         self.touched: dict[int, tuple[set[str], set[str]]] = {}  # by kernel index: what touches() found
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     def product(self, index: int, kernel: Kernel) -> _Product | None:
         ext = kernel.extern

@@ -68,7 +68,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from tcc.ir.expr import Access, Const, fresh_name
+from tcc.ir.expr import Access, Const, FreshNames
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import (
     all_writes,
@@ -112,7 +112,7 @@ class _Host:
     groups: list[_Column] = field(default_factory=list)
 
 
-class _Privatizer:
+class _Privatizer(FreshNames):
     def __init__(self, program: LoopProgram, min_rows: int, max_parts: int, max_row_bytes: int) -> None:
         self.program = program
         self.buffers = {b.name for b in program.buffers}
@@ -121,11 +121,6 @@ class _Privatizer:
         self.max_parts = max_parts
         self.max_row_bytes = max_row_bytes
         self.taken = program_names(program)
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     # -- recognising ---------------------------------------------------------------
     def column(self, index: int, kernel: Kernel) -> _Column | None:

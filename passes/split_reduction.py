@@ -61,7 +61,7 @@ import logging
 import math
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Const, fresh_name
+from tcc.ir.expr import Access, Const, FreshNames
 from tcc.ir.index import Affine, Compare
 from tcc.ir.loop_analysis import declared_scalars, perfect_nest, program_names, read_names, substitute_stmts, walk_stmts
 from tcc.ir.loops import Accumulate, Buffer, For, Kernel, Local, LoopProgram, Stmt, Store
@@ -162,7 +162,7 @@ def _match(kernel: Kernel) -> _Shape | None:
     return _Shape(tuple(band), local, loop, epilogue)
 
 
-class _Splitter:
+class _Splitter(FreshNames):
     def __init__(self, program: LoopProgram, threads: int, min_work: int, max_parts: int) -> None:
         self.program = program
         self.threads = threads
@@ -171,11 +171,6 @@ class _Splitter:
         self.taken = program_names(program)
         self.facts = program_facts(program.sizes)
         self.temps: list[Buffer] = []
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     def parts(self, shape: _Shape) -> int:
         band = math.prod(_extent(b.lo, b.hi) for b in shape.band)

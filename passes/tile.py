@@ -105,7 +105,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, Const, Expr, fresh_name, postorder, transform
+from tcc.ir.expr import Access, Const, Expr, FreshNames, fresh_name, postorder, transform
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import (
     bound_inside,
@@ -239,7 +239,7 @@ def _profitable(var: str, bands: list[list[For]], buffers: set[str]) -> bool:
 # ---------------------------------------------------------------------------
 
 
-class _Tiler:
+class _Tiler(FreshNames):
     def __init__(self, program: LoopProgram, vector_bytes: int, vectors: int, max_accumulators: int) -> None:
         self.buffers = {b.name for b in program.buffers}
         self.sizes = set(program.sizes)
@@ -247,11 +247,6 @@ class _Tiler:
         self.vectors = vectors
         self.max_accumulators = max_accumulators
         self.taken: set[str] = set()
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     def kernel(self, kernel: Kernel, kernel_names: set[str]) -> tuple[Kernel, ...]:
         """``kernel`` tiled (the strip kernel, then the remainder kernel unless it is empty), or as it was."""

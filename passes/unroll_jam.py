@@ -61,7 +61,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tcc.ir.expr import Access, fresh_name, postorder
+from tcc.ir.expr import Access, FreshNames, fresh_name, postorder
 from tcc.ir.index import Affine
 from tcc.ir.loop_analysis import bound_inside, declared_scalars, fold_bounds, loads, reduction_band, substitute_stmts, walk_exprs, walk_stmts
 from tcc.ir.loops import Accumulate, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
@@ -173,7 +173,7 @@ def _count(stmts: tuple[Stmt, ...]) -> int:
 _Block = tuple[tuple[Stmt, ...], int]
 
 
-class _UnrollJam:
+class _UnrollJam(FreshNames):
     def __init__(self, program: LoopProgram, max_trip: int, factor: int = 4,
                  max_product: int = 16, max_stmts: int = 512) -> None:
         self.factor = factor
@@ -190,11 +190,6 @@ class _UnrollJam:
         """New names must avoid buffers, sizes and every name the kernel binds."""
         self.stmts = _count(kernel.body)
         self.taken = self.buffers | self.sizes | bound_inside(kernel.body)
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     def strip_mine(self, loop: For, factor: int) -> tuple[For, For] | None:
         """``loop`` as full strips of ``factor`` jammed copies, then the remainder loop; None if the

@@ -9,8 +9,8 @@ from tcc.ir.expr import (
     ONE,
     Access,
     Binary,
-    Const,
     Expr,
+    FreshNames,
     MatrixFn,
     Sum,
     Unary,
@@ -126,7 +126,7 @@ def _product(factors: list[Expr], negated: bool) -> Expr:
     return Unary("neg", body) if negated else body
 
 
-class Rewriter:
+class Rewriter(FreshNames):
     def __init__(self, program: Program, min_work: int, copy_cost: float = COPY_COST) -> None:
         self.program = program
         self.min_work = min_work
@@ -139,11 +139,6 @@ class Rewriter:
         self.products: dict[tuple, str] = {}  # (matmul body, rows) -> the matrix-vector product computing it
         self.canon: tuple[Affine, ...] = ()
         self.made: dict[str, tuple[Affine, ...]] = {}  # extents of the outlined sides (not in program)
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     def extents(self, name: str) -> tuple[Affine, ...]:
         """A tensor's extents: the program's, or those of a side outlined here (``()``: unknown)."""
