@@ -21,9 +21,12 @@ neither the spin nor the hand-off touches the GIL:
 * ``tcc_team_run(team, fn, bufs, sizes, nparts)`` is called by the program's
   thread through ctypes: it posts the job (under a busy flag; it returns 0
   without running anything when another thread's job holds the team, and the
-  caller falls back to the Python pool), claims parts itself, and spins until
-  every part has finished.  Only then does it return, so no part can write
-  into a buffer after the call.
+  caller falls back to the Python pool), claims parts itself, and waits until
+  every part has finished -- spinning for :data:`SPIN_CYCLES`, then sleeping
+  on a futex on the count of finished parts, which a worker wakes when it
+  finishes one (on a loaded machine a worker can be preempted in the middle
+  of its part, and spinning for it would take the very core it needs).  Only
+  then does it return, so no part can write into a buffer after the call.
 
 A part is claimed by compare-and-swap on a counter tagged with the job's
 generation, so a worker that wakes late for an old job never runs a part of
@@ -61,9 +64,9 @@ __all__ = ["SPIN_CYCLES", "Team", "park", "team"]
 SPIN_CYCLES = int(os.environ.get("TCC_SPIN_CYCLES", "500000"))
 
 # the team's words (int64), each on its own 64-byte line where threads write it
-_GEN, _FN, _BUFS, _SIZES, _NPARTS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK = (
-    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 56, 64)
-_WORDS = 72
+_GEN, _FN, _BUFS, _SIZES, _NPARTS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK, _JOIN = (
+    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 56, 64, 72)
+_WORDS = 80
 
 _IR = r"""
 declare i64 @llvm.readcyclecounter()
@@ -105,7 +108,13 @@ try:
   br i1 %ok, label %run, label %loop
 run:
   call void %fn(ptr %bufs, ptr %sizes, i64 %part, i64 %n)
-  %d = atomicrmw add ptr %donep, i64 1 release
+  %d = atomicrmw add ptr %donep, i64 1 seq_cst
+  %joinp = call ptr @word(ptr %t, i64 JOIN)
+  %joiner = load atomic i64, ptr %joinp seq_cst, align 8
+  %asleep = icmp ne i64 %joiner, 0
+  br i1 %asleep, label %wake, label %loop
+wake:
+  %w = call i64 (i64, ...) @syscall(i64 202, ptr %donep, i64 129, i64 1)
   br label %loop
 exit:
   ret void
@@ -204,13 +213,35 @@ wake:
   br label %mine
 mine:
   call void @run_parts(ptr %t, i64 %gen)
+  %spinp = call ptr @word(ptr %t, i64 SPIN)
+  %limit = load atomic i64, ptr %spinp monotonic, align 8
+  %start = call i64 @llvm.readcyclecounter()
   br label %join
 join:
   %d = load atomic i64, ptr %donep acquire, align 8
   %all = icmp sge i64 %d, %n
-  br i1 %all, label %done, label %relax
+  br i1 %all, label %done, label %waiting
+waiting:
+  %now = call i64 @llvm.readcyclecounter()
+  %spent = sub i64 %now, %start
+  %tired = icmp uge i64 %spent, %limit
+  br i1 %tired, label %tosleep, label %relax
 relax:
   call void @llvm.x86.sse2.pause()
+  br label %join
+tosleep:
+  ; a worker preempted in its part (a loaded machine): sleep on DONE until a part ends, not spin
+  %joinp = call ptr @word(ptr %t, i64 JOIN)
+  store atomic i64 1, ptr %joinp seq_cst, align 8
+  %d2 = load atomic i64, ptr %donep seq_cst, align 8
+  %all2 = icmp sge i64 %d2, %n
+  br i1 %all2, label %awake, label %futex
+futex:
+  %low = and i64 %d2, 4294967295
+  %r2 = call i64 (i64, ...) @syscall(i64 202, ptr %donep, i64 128, i64 %low, ptr null)
+  br label %awake
+awake:
+  store atomic i64 0, ptr %joinp seq_cst, align 8
   br label %join
 done:
   store atomic i64 0, ptr %busyp release, align 8
@@ -223,7 +254,7 @@ def _ir() -> str:
     text = _IR
     for name, word in (("GEN", _GEN), ("FN", _FN), ("BUFS", _BUFS), ("SIZES", _SIZES), ("NPARTS", _NPARTS),
                        ("CLAIM", _CLAIM), ("DONE", _DONE), ("STOP", _STOP), ("SLEEPERS", _SLEEPERS),
-                       ("SPIN", _SPIN), ("BUSY", _BUSY), ("PARK", _PARK)):
+                       ("SPIN", _SPIN), ("BUSY", _BUSY), ("PARK", _PARK), ("JOIN", _JOIN)):
         text = text.replace(f"i64 {name})", f"i64 {word})")
     return text
 

@@ -175,3 +175,31 @@ def test_exit_right_after_a_parallel_call_neither_hangs_nor_crashes() -> None:
         """)
     for _ in range(3):
         assert _run(script).split() == ["ok"]
+
+
+def test_no_spinning_at_all_and_a_loaded_machine() -> None:
+    """``TCC_SPIN_CYCLES=0``: workers sleep at once and the caller sleeps on the count of finished
+    parts (the path a preempted worker takes the caller down); two busy processes beside it load the
+    cores.  Every result is the one-thread result, and nothing hangs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 20\nwhile time.time() < t: pass"])
+            for _ in range(2)]
+    try:
+        script = textwrap.dedent(f"""
+            import numpy as np, tcc
+            from tests.family_sources import LAYERNORM
+            f = tcc.compile(LAYERNORM.format(A=96, C=200), threads=2, results=["Y"])
+            rng = np.random.default_rng(0)
+            args = dict(X=rng.standard_normal((96, 200)), g=rng.standard_normal(200), b=rng.standard_normal(200))
+            f.threads = 1
+            want = f(**args)["Y"]
+            f.threads = 2
+            print(all(np.array_equal(f(**args)["Y"], want) for _ in range(300)))
+            """)
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "TCC_PARALLEL_GRAIN": "0", "TCC_SPIN_CYCLES": "0"},
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
