@@ -14,11 +14,12 @@ whole programs, imports this module and not the other way round.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Mapping, Tuple, Union
+from typing import Any, Callable, Tuple, Union
 
 from .contraction import CONTRACT, format_contract
 from .index import Affine, Cond, format_affine, format_cond, format_conjunct
 from .trampoline import Step, trampoline  # re-exported: visitors everywhere import them from here
+from .fresh_names import FreshNames, fresh_name  # noqa: F401 - re-exported: the passes import them from here
 
 UNARY_FUNCTIONS = (
     "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -539,29 +540,6 @@ def all_names(root: Expr) -> tuple[str, ...]:
         out.update(dict.fromkeys(local_index_names(node)))
         out.update(dict.fromkeys(bound_vars(node)))
     return tuple(out)
-
-
-def fresh_name(base: str, taken: set[str] | Mapping[str, Any]) -> str:
-    """``base`` if free, else the smallest integer suffix that makes it free (DESIGN.md rule)."""
-    if base not in taken:
-        return base
-    k = 2
-    while f"{base}{k}" in taken:
-        k += 1
-    return f"{base}{k}"
-
-
-class FreshNames:
-    """For the rewriters that invent names: ``self.taken`` holds every name in use (set it before the
-    first :meth:`fresh`), and :meth:`fresh` takes :func:`fresh_name`'s free name and records it, so
-    no two names a rewrite invents collide with each other or with the program's."""
-
-    taken: set[str]
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
 
 # ---------------------------------------------------------------------------
