@@ -123,7 +123,7 @@ def gemm_loop(ch: str, fn: int, cfg: np.ndarray, offs: np.ndarray, a: int, b: in
 
 
 def gemm_loop_parts(ch: str, fn: int, cfg: np.ndarray, offs: np.ndarray, a: int, b: int, c: int,
-                    nparts: int) -> bool:
+                    nparts: int, threads: int | None = None) -> bool:
     """:func:`gemm_loop`'s calls dealt in ``nparts`` contiguous runs to the thread team
     (:mod:`tcc.backends.thread_team`), each run one native loop; the calls must write disjoint
     results.  False (nothing ran) where there is no team or another thread's job holds it."""
@@ -134,4 +134,4 @@ def gemm_loop_parts(ch: str, fn: int, cfg: np.ndarray, offs: np.ndarray, a: int,
         return False
     _, fns = _compiled()
     job = np.array([fn, cfg.ctypes.data, offs.ctypes.data, offs.shape[0], a, b, c], dtype=np.int64)
-    return crew.run(fns[f"part_{_blas(ch)}"], job.ctypes.data, job.ctypes.data, nparts)  # type: ignore[arg-type]
+    return crew.run(fns[f"part_{_blas(ch)}"], job.ctypes.data, job.ctypes.data, nparts, threads)  # type: ignore[arg-type]

@@ -272,11 +272,15 @@ class Team:
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._engine.get_function_address("tcc_team_worker"))
         self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.c_int64)(self._engine.get_function_address("tcc_team_run"))
+        self._cores = _cores()
+        self._fresh_words()
+
+    def _fresh_words(self) -> None:
+        """New shared words, no workers (also a forked child's start: the code is there, the workers are not)."""
         self.words = np.zeros(_WORDS + 8, dtype=np.int64)
         self._base = self.words.ctypes.data
         self._lock = threading.Lock()
         self.threads: list[threading.Thread] = []
-        self._cores = _cores()
         self.words[_SPIN] = SPIN_CYCLES
 
     def ensure(self, workers: int) -> None:
@@ -292,10 +296,11 @@ class Team:
                 self.threads.append(t)
             self.words[_SPIN] = SPIN_CYCLES if len(self.threads) + 1 <= self._cores else 0
 
-    def run(self, fn_address: int, ptrs: int, sizes: int, nparts: int) -> bool:
+    def run(self, fn_address: int, ptrs: int, sizes: int, nparts: int, threads: int | None = None) -> bool:
         """Run ``fn(ptrs, sizes, part, nparts)`` (addresses: a kernel's, and of its two argument arrays)
-        for every part; False (nothing ran) if another thread's job holds the team."""
-        self.ensure(nparts - 1)
+        for every part on at most ``threads`` threads (default ``nparts``); False (nothing ran) if another
+        thread's job holds the team."""
+        self.ensure(min(nparts, threads or nparts) - 1)
         return bool(self._run(self._base, fn_address, ptrs, sizes, nparts))
 
     def park(self) -> None:
@@ -356,10 +361,12 @@ def _stop_at_exit() -> None:
 
 
 def _forget_after_fork() -> None:
-    """A forked child has none of the parent's workers: it makes its own team when it needs one."""
-    global _TEAM, _TEAM_LOCK
-    _TEAM = None
+    """A forked child has none of the parent's workers: it keeps the compiled code (no LLVM call, no
+    engine freed here: another parent thread may have held llvmlite's lock at the fork) with fresh words."""
+    global _TEAM_LOCK
     _TEAM_LOCK = threading.Lock()
+    if _TEAM is not None:
+        _TEAM._fresh_words()
 
 
 atexit.register(_stop_at_exit)

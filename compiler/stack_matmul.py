@@ -61,7 +61,7 @@ def matmul_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int | N
     from tcc.backends.gemm_loop import gemm_loop, gemm_loop_parts
 
     parts = split_parts(a, b, out, threads)
-    if parts > 1 and gemm_loop_parts(*plan, parts):
+    if parts > 1 and gemm_loop_parts(*plan, parts, threads):
         return
     gemm_loop(*plan)
 

@@ -203,3 +203,53 @@ def test_no_spinning_at_all_and_a_loaded_machine() -> None:
         for h in hogs:
             h.kill()
             h.wait()
+
+
+def test_a_fork_while_another_thread_uses_llvmlite_does_not_hang_the_child() -> None:
+    """The after-fork handler used to drop the team, freeing its MCJIT engine under llvmlite's global
+    lock -- held by another parent thread at the fork, so the child deadlocked before its first line
+    (review: 60 of 60 children).  The child now keeps the code and gets fresh words; its parallel
+    kernels still run."""
+    out = _run(f"""
+        import os, threading, time, signal
+        import numpy as np, tcc
+        import llvmlite.binding as llvm
+        f = tcc.compile({CONV!r}, threads=2)
+        x, w = np.random.default_rng(0).random(50_000), np.ones(9)
+        want = f(x=x, w=w)["y"].copy()
+        def busy():
+            while True:
+                m = llvm.parse_assembly("define i64 @f(i64 %x) {{\\n  ret i64 %x\\n}}\\n"); m.verify(); del m
+        threading.Thread(target=busy, daemon=True).start()
+        hung = wrong = 0
+        for i in range(30):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if i % 2 == 0 or np.array_equal(f(x=x, w=w)["y"], want) else 3)
+            t0 = time.time()
+            while time.time() - t0 < 5:
+                p, st = os.waitpid(pid, os.WNOHANG)
+                if p:
+                    wrong += st != 0
+                    break
+                time.sleep(0.002)
+            else:
+                os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); hung += 1
+        print(hung, wrong)
+        """)
+    assert out.split() == ["0", "0"]
+
+
+def test_a_stack_split_starts_no_more_workers_than_threads() -> None:
+    """Splitting a stack into 4 runs per thread started 4 * threads - 1 workers (and, with more
+    workers than cores, switched spinning off for the process): review finding."""
+    out = _run("""
+        import numpy as np
+        import tcc.backends.thread_team as tt
+        import tcc.stack_matmul as sm
+        a = np.random.default_rng(0).standard_normal((48, 48, 48))
+        out = np.empty((48, 48, 48))
+        sm.matmul_stack(a, a, out, 2)
+        print(len(tt.team().threads), int(tt.team().words[tt._SPIN]) > 0, np.allclose(out, a @ a))
+        """)
+    assert out.split() == ["1", "True", "True"]
