@@ -310,11 +310,15 @@ class Team:
     def stop(self) -> None:
         """End every worker (they return from native code) and wait for them."""
         self.words[_STOP] = 1
-        self.words[_GEN] += 1  # a worker between its last look at STOP and its futex wait finds GEN changed
         libc = ctypes.CDLL(None)
-        libc.syscall(ctypes.c_long(202), ctypes.c_void_p(self._base), ctypes.c_long(129), ctypes.c_long(2 ** 31 - 1))
         for t in self.threads:
-            t.join()
+            while t.is_alive():
+                # bump GEN and wake again until the worker is gone: a worker between its last look at STOP
+                # and its futex wait sleeps through a single wake whose GEN bump another thread's post raced
+                self.words[_GEN] += 1
+                libc.syscall(ctypes.c_long(202), ctypes.c_void_p(self._base), ctypes.c_long(129),
+                             ctypes.c_long(2 ** 31 - 1))
+                t.join(0.01)
         self.threads.clear()
 
 
