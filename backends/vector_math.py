@@ -32,11 +32,34 @@ _PARAMS = {
 }
 
 
+def _split_pow2(b: ir.IRBuilder, nf: ir.Value, dtype: str) -> tuple[ir.Value, ir.Value]:
+    """``2^n1`` and ``2^n2`` (``n1 = n >> 1``, ``n2 = n - n1``) for the integer-valued ``nf = n``, built
+    from exponent bits without a float-to-integer conversion.
+
+    AVX2 has no conversion of four doubles to 64-bit integers: ``fptosi <4 x double>`` became four
+    scalar ``cvttsd2si`` and the shuffles between them, a fifth of the vectorised ``exp``'s
+    instructions.  Adding the shifter ``1.5 * 2^mant`` instead puts ``n`` in the low mantissa bits
+    (exactly: ``|n| < 2^(mant - 1)`` after the clamp), and subtracting the shifter's bits gives ``n``
+    as an integer -- the same ``n`` bit for bit.  Only the low bits of ``n1`` reach the exponent
+    field, so a logical shift does for the arithmetic one (AVX2 has no 64-bit ``sra``)."""
+    _, _, _, _, bias, mant, bits = _PARAMS[dtype]
+    it = ir.IntType(bits)
+    shifter = 1.5 * 2.0 ** mant
+    shifter_bits = (0x4338000000000000 if bits == 64 else 0x4B400000)
+    n = b.sub(b.bitcast(b.fadd(nf, ir.Constant(nf.type, shifter)), it), ir.Constant(it, shifter_bits))
+    n1 = b.lshr(n, ir.Constant(it, 1))
+    n2 = b.sub(n, n1)
+
+    def pow2(k: ir.Value) -> ir.Value:
+        return b.bitcast(b.shl(b.add(k, ir.Constant(it, bias)), ir.Constant(it, mant)), nf.type)
+
+    return pow2(n1), pow2(n2)
+
+
 def emit_exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value, dtype: str) -> ir.Value:
     """``exp(x)`` for a scalar ``x`` of ``dtype`` (``float64`` or ``float32``)."""
-    clamp, ln2_hi, ln2_lo, degree, bias, mant, bits = _PARAMS[dtype]
+    clamp, ln2_hi, ln2_lo, degree = _PARAMS[dtype][:4]
     ft = x.type
-    it = ir.IntType(bits)
 
     def c(v: float) -> ir.Constant:
         return ir.Constant(ft, v)
@@ -52,14 +75,8 @@ def emit_exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value, dtype: str) -> ir.
     p = c(1.0 / math.factorial(degree))
     for k in range(degree - 1, -1, -1):
         p = intrinsic("llvm.fmuladd", p, r, c(1.0 / math.factorial(k)))
-    n = b.fptosi(nf, it)
-    n1 = b.ashr(n, ir.Constant(it, 1))
-    n2 = b.sub(n, n1)
-
-    def pow2(k: ir.Value) -> ir.Value:
-        return b.bitcast(b.shl(b.add(k, ir.Constant(it, bias)), ir.Constant(it, mant)), ft)
-
-    result = b.fmul(b.fmul(p, pow2(n1)), pow2(n2))
+    pow2_n1, pow2_n2 = _split_pow2(b, nf, dtype)
+    result = b.fmul(b.fmul(p, pow2_n1), pow2_n2)
     is_nan = b.fcmp_unordered("uno", x, x)
     return b.select(is_nan, x, result)
 
@@ -75,9 +92,8 @@ def _expm1_nonpositive(b: ir.IRBuilder, module: ir.Module, y: ir.Value, dtype: s
     than ``exp``'s polynomial: the truncation error is relative to ``r``, not
     to 1.
     """
-    clamp, ln2_hi, ln2_lo, degree, bias, mant, bits = _PARAMS[dtype]
+    clamp, ln2_hi, ln2_lo, degree = _PARAMS[dtype][:4]
     ft = y.type
-    it = ir.IntType(bits)
 
     def c(v: float) -> ir.Constant:
         return ir.Constant(ft, v)
@@ -95,14 +111,8 @@ def _expm1_nonpositive(b: ir.IRBuilder, module: ir.Module, y: ir.Value, dtype: s
     for k in range(top - 1, 0, -1):
         p = intrinsic("llvm.fmuladd", p, r, c(1.0 / math.factorial(k)))
     q = b.fmul(p, r)
-    n = b.fptosi(nf, it)
-    n1 = b.ashr(n, ir.Constant(it, 1))
-    n2 = b.sub(n, n1)
-
-    def pow2(k: ir.Value) -> ir.Value:
-        return b.bitcast(b.shl(b.add(k, ir.Constant(it, bias)), ir.Constant(it, mant)), ft)
-
-    s = b.fmul(pow2(n1), pow2(n2))                    # 2^n; 0 when it underflows (then the result is -1)
+    pow2_n1, pow2_n2 = _split_pow2(b, nf, dtype)
+    s = b.fmul(pow2_n1, pow2_n2)                    # 2^n; 0 when it underflows (then the result is -1)
     return intrinsic("llvm.fmuladd", s, q, b.fsub(s, c(1.0)))
 
 

@@ -40,6 +40,14 @@ def test_exp_loop_is_vectorised():
     assert "call double @exp" not in text and "x double>" in text
 
 
+@pytest.mark.parametrize("fn", ["exp", "tanh"])
+def test_exp_has_no_float_to_int_conversion(fn):
+    """2^n is built from exponent bits by the shifter trick, not ``fptosi``: AVX2 has no vector
+    conversion of doubles to 64-bit integers, so LLVM scalarised it (four ``cvttsd2si`` per vector)."""
+    f = tcc.compile(f"input x[n]\ny[i] = {fn}(x[i])\n")
+    assert "fptosi" not in str(f.llvm)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_tanh_within_three_ulp(dtype):
     """Uniform data, tiny arguments (where ``1 - exp(-2x)`` would cancel) and magnitudes down to 1e-300."""
