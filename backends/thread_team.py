@@ -18,7 +18,7 @@ neither the spin nor the hand-off touches the GIL:
   ``pause`` for :data:`SPIN_CYCLES` time-stamp-counter cycles after its last
   job, then sleeping in ``futex(FUTEX_WAIT)`` -- and then claims parts of
   the posted job until none is left.
-* ``tcc_team_run(team, fn, bufs, sizes, nparts)`` is called by the program's
+* ``tcc_team_run(team, fn, bufs, sizes, nparts, helpers)`` is called by the program's
   thread through ctypes: it posts the job (under a busy flag; it returns 0
   without running anything when another thread's job holds the team, and the
   caller falls back to the Python pool), claims parts itself, and waits until
@@ -30,7 +30,12 @@ neither the spin nor the hand-off touches the GIL:
 
 A part is claimed by compare-and-swap on a counter tagged with the job's
 generation, so a worker that wakes late for an old job never runs a part of
-the new one with the old job's function.  Which thread runs a part does not
+the new one with the old job's function.  Before claiming, a worker takes a
+*seat* (a second tagged counter): a job has ``threads - 1`` seats, so a
+team grown by an earlier call with more threads runs a later call's parts
+on no more threads than it asks for (before, every idle worker joined in:
+a call with ``threads=2`` ran on four threads after one with four), and a
+post wakes only as many sleepers as there are seats.  Which thread runs a part does not
 change what the part computes: results are bit for bit those of the Python
 pool and of one thread.
 
@@ -64,9 +69,9 @@ __all__ = ["SPIN_CYCLES", "Team", "park", "team"]
 SPIN_CYCLES = int(os.environ.get("TCC_SPIN_CYCLES", "500000"))
 
 # the team's words (int64), each on its own 64-byte line where threads write it
-_GEN, _FN, _BUFS, _SIZES, _NPARTS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK, _JOIN = (
-    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 56, 64, 72)
-_WORDS = 80
+_GEN, _FN, _BUFS, _SIZES, _NPARTS, _HELPERS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK, _JOIN, \
+    _SEATS = (0, 8, 9, 10, 11, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80)
+_WORDS = 88
 
 _IR = r"""
 declare i64 @llvm.readcyclecounter()
@@ -130,7 +135,7 @@ entry:
   %seen0 = load atomic i64, ptr %genp acquire, align 8
   br label %wait
 wait:
-  %seen = phi i64 [ %seen0, %entry ], [ %g, %work ], [ %seen, %woke ]
+  %seen = phi i64 [ %seen0, %entry ], [ %g, %seatedwork ], [ %g, %seat ], [ %seen, %woke ]
   %start = call i64 @llvm.readcyclecounter()
   br label %spin
 spin:
@@ -169,6 +174,27 @@ woke:
   %s1 = atomicrmw sub ptr %sleepp, i64 1 seq_cst
   br label %wait
 work:
+  ; a seat first: at most HELPERS workers take part in the job (the call's threads, less the caller);
+  ; SEATS is tagged with the generation like CLAIM, so a late worker cannot take a seat of a newer job
+  %seatsp = call ptr @word(ptr %t, i64 SEATS)
+  %helpp = call ptr @word(ptr %t, i64 HELPERS)
+  %gtag = shl i64 %g, 32
+  br label %seat
+seat:
+  %st = load atomic i64, ptr %seatsp acquire, align 8
+  %helpers = load atomic i64, ptr %helpp acquire, align 8
+  %sttag = and i64 %st, -4294967296
+  %taken = and i64 %st, 4294967295
+  %otherjob = icmp ne i64 %sttag, %gtag
+  %full = icmp sge i64 %taken, %helpers
+  %noseat = or i1 %otherjob, %full
+  br i1 %noseat, label %wait, label %sit
+sit:
+  %st1 = add i64 %st, 1
+  %spair = cmpxchg ptr %seatsp, i64 %st, i64 %st1 acq_rel acquire
+  %seated = extractvalue { i64, i1 } %spair, 1
+  br i1 %seated, label %seatedwork, label %seat
+seatedwork:
   call void @run_parts(ptr %t, i64 %g)
   br label %wait
 exit:
@@ -176,7 +202,7 @@ exit:
 }
 
 ; 1: the job ran (every part finished); 0: the team is busy with another thread's job, nothing ran
-define i64 @tcc_team_run(ptr %t, ptr %fn, ptr %bufs, ptr %sizes, i64 %n) {
+define i64 @tcc_team_run(ptr %t, ptr %fn, ptr %bufs, ptr %sizes, i64 %n, i64 %helpers) {
 entry:
   %busyp = call ptr @word(ptr %t, i64 BUSY)
   %pair = cmpxchg ptr %busyp, i64 0, i64 1 acquire monotonic
@@ -191,6 +217,10 @@ post:
   %tag = shl i64 %gen, 32
   %claimp = call ptr @word(ptr %t, i64 CLAIM)
   store atomic i64 %tag, ptr %claimp seq_cst, align 8
+  %seatsp = call ptr @word(ptr %t, i64 SEATS)
+  store atomic i64 %tag, ptr %seatsp seq_cst, align 8
+  %helpp = call ptr @word(ptr %t, i64 HELPERS)
+  store atomic i64 %helpers, ptr %helpp release, align 8
   %fnp = call ptr @word(ptr %t, i64 FN)
   store atomic ptr %fn, ptr %fnp release, align 8
   %bp = call ptr @word(ptr %t, i64 BUFS)
@@ -209,7 +239,8 @@ post:
   %any = icmp ne i64 %sleepers, 0
   br i1 %any, label %wake, label %mine
 wake:
-  %r = call i64 (i64, ...) @syscall(i64 202, ptr %genp, i64 129, i64 2147483647)
+  ; as many sleepers as there are seats (a woken worker that finds none sleeps again)
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %genp, i64 129, i64 %helpers)
   br label %mine
 mine:
   call void @run_parts(ptr %t, i64 %gen)
@@ -253,8 +284,9 @@ done:
 def _ir() -> str:
     text = _IR
     for name, word in (("GEN", _GEN), ("FN", _FN), ("BUFS", _BUFS), ("SIZES", _SIZES), ("NPARTS", _NPARTS),
-                       ("CLAIM", _CLAIM), ("DONE", _DONE), ("STOP", _STOP), ("SLEEPERS", _SLEEPERS),
-                       ("SPIN", _SPIN), ("BUSY", _BUSY), ("PARK", _PARK), ("JOIN", _JOIN)):
+                       ("HELPERS", _HELPERS), ("CLAIM", _CLAIM), ("DONE", _DONE), ("STOP", _STOP),
+                       ("SLEEPERS", _SLEEPERS), ("SPIN", _SPIN), ("BUSY", _BUSY), ("PARK", _PARK), ("JOIN", _JOIN),
+                       ("SEATS", _SEATS)):
         text = text.replace(f"i64 {name})", f"i64 {word})")
     return text
 
@@ -271,7 +303,8 @@ class Team:
         self._engine = jit_ir(_ir())
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._engine.get_function_address("tcc_team_worker"))
         self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_void_p, ctypes.c_int64)(self._engine.get_function_address("tcc_team_run"))
+                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            self._engine.get_function_address("tcc_team_run"))
         self._cores = _cores()
         self._fresh_words()
 
@@ -300,8 +333,9 @@ class Team:
         """Run ``fn(ptrs, sizes, part, nparts)`` (addresses: a kernel's, and of its two argument arrays)
         for every part on at most ``threads`` threads (default ``nparts``); False (nothing ran) if another
         thread's job holds the team."""
-        self.ensure(min(nparts, threads or nparts) - 1)
-        return bool(self._run(self._base, fn_address, ptrs, sizes, nparts))
+        helpers = min(nparts, threads or nparts) - 1
+        self.ensure(helpers)
+        return bool(self._run(self._base, fn_address, ptrs, sizes, nparts, max(helpers, 0)))
 
     def park(self) -> None:
         """Idle workers stop spinning and sleep until the next job (before BLAS takes the cores)."""

@@ -253,3 +253,44 @@ def test_a_stack_split_starts_no_more_workers_than_threads() -> None:
         print(len(tt.team().threads), int(tt.team().words[tt._SPIN]) > 0, np.allclose(out, a @ a))
         """)
     assert out.split() == ["1", "True", "True"]
+
+
+def test_a_job_runs_on_no_more_threads_than_it_asks_for() -> None:
+    """A team grown by an earlier call with more threads must not run a later call's parts on more
+    threads than that call asked for (review of the worker-count fix: every idle worker took parts).
+    Each part records the thread that ran it and keeps its core for ~2 ms, so the parts overlap."""
+    out = _run("""
+        import ctypes, numpy as np
+        import tcc.backends.thread_team as tt
+        from tcc.backends.llvm.machines import jit_ir
+        team = tt.team()
+        engine = jit_ir('''
+            declare i64 @llvm.readcyclecounter()
+            declare i64 @syscall(i64, ...)
+            define void @rec(ptr %bufs, ptr %sizes, i64 %part, i64 %n) {
+            entry:
+              %tid = call i64 (i64, ...) @syscall(i64 186)
+              %slot = getelementptr i64, ptr %bufs, i64 %part
+              store i64 %tid, ptr %slot
+              %t0 = call i64 @llvm.readcyclecounter()
+              br label %spin
+            spin:
+              %t = call i64 @llvm.readcyclecounter()
+              %d = sub i64 %t, %t0
+              %more = icmp ult i64 %d, 5000000
+              br i1 %more, label %spin, label %done
+            done:
+              ret void
+            }''')
+        fn = engine.get_function_address("rec")
+        tids = np.zeros(16, dtype=np.int64)
+        team.run(fn, tids.ctypes.data, tids.ctypes.data, 16, 4)     # grows the team to 3 workers
+        grown = len(team.threads)
+        used = []
+        for threads in (2, 1, 3):
+            tids[:] = 0
+            team.run(fn, tids.ctypes.data, tids.ctypes.data, 16, threads)
+            used.append(len(set(tids.tolist())) if tids.all() else -1)
+        print(grown, *used)
+        """)
+    assert out.split() == ["3", "2", "1", "3"]
