@@ -94,8 +94,13 @@ def _pack(x: np.ndarray, names: tuple[str, ...] | None, order: tuple[str, ...], 
         if names is not None:
             np.copyto(full, x.transpose([names.index(n) for n in order]))
         return full, full
-    if zero:
+    if zero and names is None:
         full.fill(0)
+    elif zero:  # only the widened margins: the copy below writes everything else
+        k0 = order.index(MERGED)
+        for m in range(1, len(plan.merged)):
+            axis = k0 + m
+            full[(slice(None),) * axis + (slice(plan.ext[plan.merged[m]], None),)] = 0
     if names is not None:
         src_order = [n for o in order for n in (plan.merged if o == MERGED else (o,))]
         np.copyto(_positions(full, order, plan), x.transpose([names.index(n) for n in src_order]))
@@ -135,9 +140,10 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     if plan.fold:  # one shifted copy per value of the folded offset (tcc.ir.window_plan._fold)
         nf, npos = plan.ext[plan.fold], plan.ext[MERGED]
         bf = _scratch_array(23, bp.shape[:-2] + (nf, bp.shape[-2], npos + nf - 1), out.dtype)
-        bf.fill(0)
-        for t in range(nf):
+        for t in range(nf):  # each copy shifted by t, zeros before and after it (not a fill of all of bf)
+            bf[..., t, :, :t] = 0
             bf[..., t, :, t:t + npos] = bp
+            bf[..., t, :, t + npos:] = 0
         bp = bf.reshape(bp.shape[:-2] + (nf * bp.shape[-2], npos + nf - 1))
     full, op = _pack(out, None, plan.o_order, plan, 22, zero=False)
     _products(plan, ia, ap, bp, op)

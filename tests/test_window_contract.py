@@ -107,6 +107,25 @@ def test_edge_data_agrees_with_the_sums():
         np.testing.assert_allclose(got[name][ok], ref[name][ok], rtol=1e-12, atol=1e-11)
 
 
+def test_scratch_space_left_dirty_by_earlier_calls_does_not_leak():
+    """The widened layouts' zero margins are written on every call (not the whole scratch array):
+    scratch space kept between calls and filled with NaN must not reach a result."""
+    from tcc.contraction_kernel import _scratch_array
+
+    src = conv(S=9, T=11, R=3, Q=3)
+    grad = tcc.grad(src, of="y", wrt="x,w")
+    g = tcc.compile(grad)
+    args = inputs(src, seed=5)
+    args["dy"] = np.random.default_rng(6).standard_normal((2, 16, 7, 9))
+    ref = tcc.run(grad, args)
+    for _ in range(2):
+        for slot in range(20, 24):  # the slots of tcc.window_kernel
+            _scratch_array(slot, (1 << 16,), np.dtype(np.float64)).fill(np.nan)
+        got = g(**args)
+        for name in ("dx", "dw"):
+            np.testing.assert_allclose(got[name], ref[name], rtol=1e-12, atol=1e-11)
+
+
 def test_small_channel_counts_and_one_dimensional_correlations_stay_loops():
     """The cost model: a GEMM dimension below 16 (3 input channels) or a correlation of one signal
     (GEMMs of width 1) is better served by the loop nests."""
