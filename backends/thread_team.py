@@ -83,6 +83,30 @@ define private ptr @word(ptr %t, i64 %k) alwaysinline {
   ret ptr %p
 }
 
+; the count part of the generation-tagged counter %w, incremented by CAS: -1 once the counter's tag is
+; not %tag (another job's) or the count has reached %limit (parts claimed, seats taken)
+define private i64 @take(ptr %w, i64 %tag, i64 %limit) {
+entry:
+  br label %loop
+loop:
+  %c = load atomic i64, ptr %w acquire, align 8
+  %ctag = and i64 %c, -4294967296
+  %k = and i64 %c, 4294967295
+  %stale = icmp ne i64 %ctag, %tag
+  %over = icmp sge i64 %k, %limit
+  %quit = or i1 %stale, %over
+  br i1 %quit, label %none, label %try
+try:
+  %c1 = add i64 %c, 1
+  %pair = cmpxchg ptr %w, i64 %c, i64 %c1 acq_rel acquire
+  %ok = extractvalue { i64, i1 } %pair, 1
+  br i1 %ok, label %got, label %loop
+got:
+  ret i64 %k
+none:
+  ret i64 -1
+}
+
 ; run parts of job %gen until none is left (or the job is no longer the current one)
 define private void @run_parts(ptr %t, i64 %gen) {
 entry:
@@ -99,18 +123,9 @@ entry:
   %tag = shl i64 %gen, 32
   br label %loop
 loop:
-  %c = load atomic i64, ptr %claimp acquire, align 8
-  %ctag = and i64 %c, -4294967296
-  %part = and i64 %c, 4294967295
-  %stale = icmp ne i64 %ctag, %tag
-  %over = icmp sge i64 %part, %n
-  %quit = or i1 %stale, %over
-  br i1 %quit, label %exit, label %try
-try:
-  %c1 = add i64 %c, 1
-  %pair = cmpxchg ptr %claimp, i64 %c, i64 %c1 acq_rel acquire
-  %ok = extractvalue { i64, i1 } %pair, 1
-  br i1 %ok, label %run, label %loop
+  %part = call i64 @take(ptr %claimp, i64 %tag, i64 %n)
+  %none = icmp slt i64 %part, 0
+  br i1 %none, label %exit, label %run
 run:
   call void %fn(ptr %bufs, ptr %sizes, i64 %part, i64 %n)
   %d = atomicrmw add ptr %donep, i64 1 seq_cst
@@ -135,7 +150,7 @@ entry:
   %seen0 = load atomic i64, ptr %genp acquire, align 8
   br label %wait
 wait:
-  %seen = phi i64 [ %seen0, %entry ], [ %g, %seatedwork ], [ %g, %seat ], [ %seen, %woke ]
+  %seen = phi i64 [ %seen0, %entry ], [ %g, %seatedwork ], [ %g, %work ], [ %seen, %woke ]
   %start = call i64 @llvm.readcyclecounter()
   br label %spin
 spin:
@@ -179,21 +194,10 @@ work:
   %seatsp = call ptr @word(ptr %t, i64 SEATS)
   %helpp = call ptr @word(ptr %t, i64 HELPERS)
   %gtag = shl i64 %g, 32
-  br label %seat
-seat:
-  %st = load atomic i64, ptr %seatsp acquire, align 8
   %helpers = load atomic i64, ptr %helpp acquire, align 8
-  %sttag = and i64 %st, -4294967296
-  %taken = and i64 %st, 4294967295
-  %otherjob = icmp ne i64 %sttag, %gtag
-  %full = icmp sge i64 %taken, %helpers
-  %noseat = or i1 %otherjob, %full
-  br i1 %noseat, label %wait, label %sit
-sit:
-  %st1 = add i64 %st, 1
-  %spair = cmpxchg ptr %seatsp, i64 %st, i64 %st1 acq_rel acquire
-  %seated = extractvalue { i64, i1 } %spair, 1
-  br i1 %seated, label %seatedwork, label %seat
+  %seat = call i64 @take(ptr %seatsp, i64 %gtag, i64 %helpers)
+  %noseat = icmp slt i64 %seat, 0
+  br i1 %noseat, label %wait, label %seatedwork
 seatedwork:
   call void @run_parts(ptr %t, i64 %g)
   br label %wait
