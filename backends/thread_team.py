@@ -205,6 +205,27 @@ exit:
   ret void
 }
 
+; stop(): a new generation and every sleeper woken, under BUSY, so that the bump cannot race a post (two
+; generations alike, or a worker seeing a generation before the words of its job)
+define void @tcc_team_bump(ptr %t) {
+entry:
+  %busyp = call ptr @word(ptr %t, i64 BUSY)
+  br label %take
+take:
+  %pair = cmpxchg ptr %busyp, i64 0, i64 1 acquire monotonic
+  %got = extractvalue { i64, i1 } %pair, 1
+  br i1 %got, label %bump, label %relax
+relax:
+  call void @llvm.x86.sse2.pause()
+  br label %take
+bump:
+  %genp = call ptr @word(ptr %t, i64 GEN)
+  %old = atomicrmw add ptr %genp, i64 1 seq_cst
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %genp, i64 129, i64 2147483647)
+  store atomic i64 0, ptr %busyp release, align 8
+  ret void
+}
+
 ; 1: the job ran (every part finished); 0: the team is busy with another thread's job, nothing ran
 define i64 @tcc_team_run(ptr %t, ptr %fn, ptr %bufs, ptr %sizes, i64 %n, i64 %helpers) {
 entry:
@@ -240,10 +261,13 @@ post:
   store atomic i64 %gen, ptr %genp seq_cst, align 8
   %sleepp = call ptr @word(ptr %t, i64 SLEEPERS)
   %sleepers = load atomic i64, ptr %sleepp seq_cst, align 8
-  %any = icmp ne i64 %sleepers, 0
+  %asleep = icmp ne i64 %sleepers, 0
+  %seats = icmp sgt i64 %helpers, 0
+  %any = and i1 %asleep, %seats
   br i1 %any, label %wake, label %mine
 wake:
-  ; as many sleepers as there are seats (a woken worker that finds none sleeps again)
+  ; as many sleepers as there are seats (the kernel reads a count of 0 as 1: no wake without seats);
+  ; a woken worker that finds no seat goes back to waiting (its spin, then sleep)
   %r = call i64 (i64, ...) @syscall(i64 202, ptr %genp, i64 129, i64 %helpers)
   br label %mine
 mine:
@@ -309,6 +333,7 @@ class Team:
         self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
             self._engine.get_function_address("tcc_team_run"))
+        self._bump = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._engine.get_function_address("tcc_team_bump"))
         self._cores = _cores()
         self._fresh_words()
 
@@ -348,14 +373,12 @@ class Team:
     def stop(self) -> None:
         """End every worker (they return from native code) and wait for them."""
         self.words[_STOP] = 1
-        libc = ctypes.CDLL(None)
         for t in self.threads:
             while t.is_alive():
-                # bump GEN and wake again until the worker is gone: a worker between its last look at STOP
-                # and its futex wait sleeps through a single wake whose GEN bump another thread's post raced
-                self.words[_GEN] += 1
-                libc.syscall(ctypes.c_long(202), ctypes.c_void_p(self._base), ctypes.c_long(129),
-                             ctypes.c_long(2 ** 31 - 1))
+                # bump GEN and wake again until the worker is gone (a worker between its last look at STOP
+                # and its futex wait sleeps through a wake that comes first); the bump takes BUSY, so it
+                # waits for a job another thread is running and never races its post (review finding)
+                self._bump(self._base)
                 t.join(0.01)
         self.threads.clear()
 
