@@ -22,6 +22,7 @@ tests/test_vector_math.py).
 from __future__ import annotations
 
 import math
+import struct
 
 from llvmlite import ir
 
@@ -45,7 +46,7 @@ def _split_pow2(b: ir.IRBuilder, nf: ir.Value, dtype: str) -> tuple[ir.Value, ir
     _, _, _, _, bias, mant, bits = _PARAMS[dtype]
     it = ir.IntType(bits)
     shifter = 1.5 * 2.0 ** mant
-    shifter_bits = (0x4338000000000000 if bits == 64 else 0x4B400000)
+    shifter_bits = int.from_bytes(struct.pack("<d" if bits == 64 else "<f", shifter), "little")
     n = b.sub(b.bitcast(b.fadd(nf, ir.Constant(nf.type, shifter)), it), ir.Constant(it, shifter_bits))
     n1 = b.lshr(n, ir.Constant(it, 1))
     n2 = b.sub(n, n1)

@@ -201,11 +201,11 @@ def family_case(name: str) -> Any:
             gc = FAM.layernorm(*((128, 256) if quick else (512, 1024)), peers)
         if name in FAM.DENSE_FAMILIES:
             prods = FAM.products(name, sizes)
-            assert FAM.product_flops(prods) == gc.flops[P.FB], name   # the same work as the row's FLOPs
+            flops = FAM.product_flops(prods)
+            assert flops == gc.flops[P.FB], name   # the same work as the row's FLOPs
             ms = FAM.numpy_matmul_ms(prods, 3 if quick else 7, 0.1 if quick else 0.5)
-            ctx.extra.setdefault("same_shapes", {})[name] = (ms, FAM.product_flops(prods) / ms / 1e6)
-            ctx.log(f"  numpy matmul on {name}'s shapes: {ms:.2f} ms, "
-                    f"{ctx.extra['same_shapes'][name][1]:.1f} GFLOP/s")
+            ctx.extra.setdefault("same_shapes", {})[name] = (ms, flops / ms / 1e6)
+            ctx.log(f"  numpy matmul on {name}'s shapes: {ms:.2f} ms, {flops / ms / 1e6:.1f} GFLOP/s")
         grad_case(ctx, gc)
     return run
 
