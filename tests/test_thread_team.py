@@ -304,7 +304,9 @@ def test_a_job_runs_on_no_more_threads_than_it_asks_for() -> None:
 def test_a_post_wakes_no_more_sleepers_than_it_has_seats() -> None:
     """Three sleeping workers (no spinning): a job on one thread wakes none of them (a futex wake of 0
     wakes one: review finding), a job on two threads one, not all three.  Wake-ups are the workers'
-    voluntary context switches."""
+    voluntary context switches.  A worker counts itself a sleeper just before it blocks, so the count is
+    read after a pause, and a stray wake-up or two (CI once saw one) is tolerated: the fault woke one
+    sleeper per post, 200 in all."""
     out = _run(r"""
         import time, numpy as np
         import tcc.backends.thread_team as tt
@@ -325,6 +327,7 @@ def test_a_post_wakes_no_more_sleepers_than_it_has_seats() -> None:
         deadline = time.monotonic() + 10
         while team.words[tt._SLEEPERS] < len(team.threads) and time.monotonic() < deadline:
             time.sleep(0.001)
+        time.sleep(0.05)
         woken = []
         for threads in (1, 2):
             before = switches()
@@ -332,6 +335,6 @@ def test_a_post_wakes_no_more_sleepers_than_it_has_seats() -> None:
                 team.run(fn, buf.ctypes.data, buf.ctypes.data, 4, threads)
                 time.sleep(0.0002)
             woken.append(switches() - before)
-        print(len(team.threads), woken[0], woken[1] <= 2 * 200)
+        print(len(team.threads), woken[0] <= 5, woken[1] <= 2 * 200)
         """, spin="0")
-    assert out.split() == ["3", "0", "True"]
+    assert out.split() == ["3", "True", "True"]
