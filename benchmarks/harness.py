@@ -9,7 +9,13 @@ done by several *candidates*, one per framework.  For each row the harness
    ``wrong: ...`` and never timed; an exception as ``failed: ...``),
 3. calls it once more untimed (warm-up),
 4. times the remaining candidates one after another, each in a block of its
-   own calls (``interleave=False``, the default), after a pause of
+   own calls (``interleave=False``, the default) -- in ``BLOCK_ROUNDS``
+   rounds, a third of each candidate's calls per round (tcc, jax, torch,
+   tcc, jax, torch, ...), because this machine's speed drifts over seconds:
+   two identical processes timing contract3's gradients one after the other
+   measured 1.76 and 2.65 ms, and so did single-threaded runs (3.0-3.8 ms;
+   no steal time reported), so one block per candidate let the drift decide
+   close verdicts -- each block after a pause of
    ``SETTLE_S``: worker threads of the framework that ran before spin after
    its last call -- OpenMP (torch) and Eigen (XLA) for milliseconds,
    OpenBLAS's (NumPy's BLAS, which tcc's external kernels call) for about
@@ -64,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("tcc", "jax.jit", "torch", "torch.compile", "numpy")
 SETTLE_S = 0.3      # pause before each candidate's block: other frameworks' worker threads stop spinning
 INTERLEAVE = False  # round-robin timing instead of blocks (--interleave; see the module doc)
+BLOCK_ROUNDS = 3    # each candidate's calls in this many blocks, the candidates' blocks alternating
 WINDOW_S = 0.25     # calls are grouped into windows of at least this long to measure other processes' load
 
 
@@ -205,13 +212,14 @@ def run_row(
 
     pending: dict[int, int] = {}                        # samples in the open window, per cell
 
-    def done(cand: Candidate, cell: Cell) -> bool:
+    def done(cand: Candidate, cell: Cell, share: float = 1.0) -> bool:
+        """Whether ``cand`` has its samples -- ``share`` of them: the blocks up to this round's."""
         n, t = len(cell.samples) + pending.get(id(cell), 0), spent[id(cand)]
         return (
-            (n >= repeat and t >= min_time_s)
-            or n >= max_samples
-            or (n >= 3 and t >= budget_s)
-            or t >= give_up * budget_s                  # only when the machine stays busy
+            (n >= math.ceil(share * repeat) and t >= share * min_time_s)
+            or n >= math.ceil(share * max_samples)
+            or (n >= math.ceil(share * 3) and t >= share * budget_s)
+            or t >= share * give_up * budget_s          # only when the machine stays busy
         )
 
     gc.collect()
@@ -248,19 +256,24 @@ def run_row(
         spent[id(cand)] += dt
 
     try:
-        # one block per candidate after a pause, or (interleaving) every candidate in each round
-        for group in ([live] if INTERLEAVE else [[c] for c in live]):
+        # BLOCK_ROUNDS rounds of one block per candidate, each after a pause, or (interleaving) every
+        # candidate in each round
+        plan = ([(live, 1.0)] if INTERLEAVE else
+                [([c], (r + 1) / BLOCK_ROUNDS) for r in range(BLOCK_ROUNDS) for c in live])
+        for group, share in plan:
             if not INTERLEAVE:
+                if all(done(c, cell, share) for c, cell in group):
+                    continue
                 time.sleep(SETTLE_S)
             first = True
             while True:
-                if all(done(c, cell) for c, cell in group):
+                if all(done(c, cell, share) for c, cell in group):
                     if window:                          # classify the open window, then look again
                         close_window()
                         continue
                     break
                 for cand, cell in group:
-                    if not done(cand, cell):
+                    if not done(cand, cell, share):
                         timed(cand, cell, primer and (first or INTERLEAVE))
                 first = False
                 if window_meter.elapsed() >= WINDOW_S:
