@@ -361,13 +361,49 @@ class LoadMeter:
 # --------------------------------------------------------------------------
 # tcc kernels one by one
 # --------------------------------------------------------------------------
-def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[tuple[str, bool, float]]:
+def torch_twin(stmt: Any, buffers: Mapping[str, np.ndarray]) -> Callable[[], Any] | None:
+    """The same product as the external kernel ``stmt`` in torch (MKL on its CPU builds), on the same
+    operand arrays, or None: no torch, or not a plain product (a windowed ``contract`` is a convolution,
+    whose torch counterpart is not one product; ``gram`` and matrix functions are not products).
+
+    Timed beside tcc's kernel in the same rounds, it shows how much of a gap is BLAS's: tcc calls the
+    OpenBLAS NumPy links, torch MKL, and the two differ most on small products (48^3)."""
+    from tcc.ir.contraction import has_window
+
+    try:
+        import torch
+    except ImportError:
+        return None
+    spec = getattr(stmt, "spec", ())
+    if spec and not has_window(spec):
+        names = sorted({x for ix in spec for x in ix})
+        if len(names) > 52:
+            return None
+        letter = {x: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i, x in enumerate(names)}
+        eq = ",".join("".join(letter[x] for x in ix) for ix in spec[:2]) + "->" + "".join(letter[x] for x in spec[2])
+        ta, tb = (torch.from_numpy(buffers[n]) for n in stmt.args)
+        return lambda: torch.einsum(eq, ta, tb)
+    if stmt.fn == "matmul" and not spec:
+        flags = getattr(stmt, "transposed", ()) or (False, False)
+        ta, tb = (torch.from_numpy(np.swapaxes(buffers[n], -1, -2) if t else buffers[n])
+                  for n, t in zip(stmt.args, flags))
+        out = torch.empty(buffers[stmt.out].shape, dtype=ta.dtype)
+        return lambda: torch.matmul(ta, tb, out=out)
+    return None
+
+
+def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[tuple[str, bool, float, float | None]]:
     """Median seconds of each kernel of a compiled tcc program, run in order as a call runs them.
 
-    ``(name, parallel, seconds)`` per kernel.  Parallel kernels are split over
+    ``(name, parallel, seconds, torch seconds)`` per kernel.  Parallel kernels are split over
     the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does;
     a zero fill that a call skips (tcc.backends.zero_fill: the result is
-    allocated zeroed) is not listed.
+    allocated zeroed) is not listed.  Where an external product has a torch
+    counterpart (:func:`torch_twin`; None otherwise), the twins are timed in
+    blocks of their own that alternate with tcc's, each block after a pause
+    (``BLOCK_ROUNDS``, ``SETTLE_S``, as the rows are timed): run right after
+    each other, each library's spinning threads took the cores from the
+    other's (OpenBLAS's GEMMs took 20x their time after torch's).
     """
     from tcc.backends.cpu import split_kernel
     from tcc.backends.thread_team import park
@@ -380,8 +416,11 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     threads = compiled.threads
     skipped = getattr(compiled.executable, "zero_fills", {})
     kernels = [k for k in compiled.executable.kernels if k.name not in skipped]
+    twins = [None if k.extern is None else torch_twin(k.extern, buffers) for k in kernels]
     samples: list[list[float]] = [[] for _ in kernels]
-    for r in range(repeat + 1):                         # the first round is a warm-up
+    twin_samples: list[list[float]] = [[] for _ in kernels]
+
+    def tcc_round(keep: bool) -> None:
         for i, k in enumerate(kernels):
             t0 = time.perf_counter()
             if k.extern is not None:                    # matmul / LAPACK through NumPy
@@ -391,19 +430,42 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
                 split_kernel(k, ptrs, size_vals, threads, run_parallel)
             else:
                 k.fn(ptrs, size_vals, 0, 1)
-            if r:
+            if keep:
                 samples[i].append(time.perf_counter() - t0)
-    del buffers
-    return [(k.name, bool(k.parallel), statistics.median(s)) for k, s in zip(kernels, samples)]
+
+    def twin_round(keep: bool) -> None:
+        for i, twin in enumerate(twins):
+            if twin is not None:
+                t0 = time.perf_counter()
+                twin()
+                if keep:
+                    twin_samples[i].append(time.perf_counter() - t0)
+
+    blocks = BLOCK_ROUNDS if any(t is not None for t in twins) else 1
+    for block in range(blocks):
+        for one_round in (tcc_round, twin_round) if blocks > 1 else (tcc_round,):
+            if blocks > 1:
+                time.sleep(SETTLE_S)
+            share = repeat * (block + 1) // blocks - repeat * block // blocks
+            for r in range(share + 1):                  # each block's first round is a warm-up
+                one_round(r > 0)
+    return [(k.name, bool(k.parallel), statistics.median(s), statistics.median(ts) if ts else None)
+            for k, s, ts in zip(kernels, samples, twin_samples)]
 
 
-def kernel_table(breakdowns: Sequence[tuple[str, Any, list[tuple[str, bool, float]]]]) -> list[str]:
-    """Markdown rows of :func:`kernel_times` results: ``(title, compiled, times)`` per program."""
-    out = ["| program | kernel | ms | share |", "|---|---|---:|---:|"]
+def kernel_table(breakdowns: Sequence[tuple[str, Any, Sequence[tuple]]]) -> list[str]:
+    """Markdown rows of :func:`kernel_times` results: ``(title, compiled, times)`` per program; a
+    ``torch`` column where any kernel had a torch twin."""
+    twins = any(len(t) > 3 and t[3] is not None for _, _, times in breakdowns for t in times)
+    out = (["| program | kernel | ms | share | torch, same product (ms) |", "|---|---|---:|---:|---:|"] if twins
+           else ["| program | kernel | ms | share |", "|---|---|---:|---:|"])
     for title, _compiled, times in breakdowns:
-        total = sum(t for _, _, t in times) or 1.0
-        for name, par, t in times:
-            out.append(f"| {title} | {name}{' (par)' if par else ''} | {t * 1e3:.2f} | {100 * t / total:.0f} % |")
+        total = sum(t[2] for t in times) or 1.0
+        for name, par, t, *rest in times:
+            row = f"| {title} | {name}{' (par)' if par else ''} | {t * 1e3:.2f} | {100 * t / total:.0f} % |"
+            if twins:
+                row += f" {rest[0] * 1e3:.2f} |" if rest and rest[0] is not None else " — |"
+            out.append(row)
     return out
 
 

@@ -516,7 +516,7 @@ def report(ctx: Ctx, args: argparse.Namespace, wall_s: float) -> str:
         out += H.compile_time_table(ctx.compile_times)
         out.append("")
     if ctx.breakdowns:
-        par = sum(1 for _, _, times in ctx.breakdowns for _, p, _ in times if p)
+        par = sum(1 for _, _, times in ctx.breakdowns for t in times if t[1])
         allk = sum(len(times) for _, _, times in ctx.breakdowns)
         out.append(f"{par} of the {allk} tcc kernels below have a `parallel` loop"
                    + (" (so tcc ran on one core in every case)." if par == 0 else "."))
