@@ -20,9 +20,20 @@ Symbol = Hashable
 __all__ = ["Linear", "Scalar", "Symbol"]
 
 
+#: the Fractions of small integers, made once: index arithmetic is mostly small integer coefficients,
+#: and ``Fraction(int)`` was the compile pipeline's most frequent call (infer-ranges' proofs)
+_SMALL = {i: Fraction(i) for i in range(-64, 65)}
+
+
 def _as_fraction(value: Any) -> Fraction:
     """Convert an exact scalar to ``Fraction``; floats are rejected on purpose
     because a silently rounded coefficient would corrupt index arithmetic."""
+    kind = type(value)
+    if kind is Fraction:  # immutable: shared, not copied
+        return value
+    if kind is int:
+        small = _SMALL.get(value)
+        return small if small is not None else Fraction(value)
     if isinstance(value, bool):
         return Fraction(int(value))
     if isinstance(value, (int, Fraction)):
@@ -44,18 +55,23 @@ class Linear:
         terms: Mapping[Symbol, Scalar] | Iterable[tuple[Symbol, Scalar]] = (),
         const: Scalar = 0,
     ) -> None:
-        items = terms.items() if isinstance(terms, Mapping) else terms
+        # (a dict or tuple first: the ABC check of Mapping is slow, and this runs ~10^5 times per compile)
+        items = terms.items() if type(terms) is dict or (type(terms) is not tuple and isinstance(terms, Mapping)) \
+            else terms
         acc: dict[Symbol, Fraction] = {}
         for sym, coeff in items:
-            acc[sym] = acc.get(sym, Fraction(0)) + _as_fraction(coeff)
+            c = _as_fraction(coeff)
+            if sym in acc:
+                acc[sym] += c
+            else:
+                acc[sym] = c
         # dicts preserve insertion order: the order of first appearance.
         self._terms: Tuple[tuple[Symbol, Fraction], ...] = tuple(
             (s, c) for s, c in acc.items() if c != 0
         )
         self._const: Fraction = _as_fraction(const)
-        self._key = (frozenset(self._terms), self._const)
-        # constant forms compare equal to plain scalars, so hash like them.
-        self._hash = hash(self._const) if not self._terms else hash(self._key)
+        self._key: tuple[frozenset, Fraction] | None = None  # made when first compared or hashed
+        self._hash: int | None = None
 
     # -- constructors -------------------------------------------------------
     @classmethod
@@ -165,12 +181,22 @@ class Linear:
     # -- protocol -----------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Linear):
-            return self._key == other._key
+            return self.key() == other.key()
         if _is_scalar(other):
             return not self._terms and self._const == other
         return NotImplemented
 
+    def key(self) -> tuple[frozenset, Fraction]:
+        """What equality compares: the terms in any order, and the constant (made once, on first use:
+        most forms are intermediate results that are never compared)."""
+        if self._key is None:
+            self._key = (frozenset(self._terms), self._const)
+        return self._key
+
     def __hash__(self) -> int:
+        if self._hash is None:
+            # constant forms compare equal to plain scalars, so hash like them.
+            self._hash = hash(self._const) if not self._terms else hash(self.key())
         return self._hash
 
     def __repr__(self) -> str:
