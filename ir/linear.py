@@ -186,6 +186,11 @@ class Linear:
             return not self._terms and self._const == other
         return NotImplemented
 
+    def __reduce__(self) -> tuple:
+        # the terms and the constant only: a hash cached here is wrong in a process with another
+        # PYTHONHASHSEED (string symbols), and would break set and dict lookups after unpickling there
+        return (Linear, (self._terms, self._const))
+
     def key(self) -> tuple[frozenset, Fraction]:
         """What equality compares: the terms in any order, and the constant (made once, on first use:
         most forms are intermediate results that are never compared)."""
