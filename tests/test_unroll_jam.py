@@ -233,11 +233,26 @@ def test_statement_budget_bounds_the_kernel_and_unrolls_what_fits():
 def test_budget_options_print_and_parse_back():
     from tcc.pipeline import parse_pipeline
 
-    (p,) = parse_pipeline("unroll-jam{max-product=8 max-stmts=100}")
-    assert (p.max_product, p.max_stmts) == (8, 100)
-    assert p.spec() == "unroll-jam{max-product=8 max-stmts=100}"
+    (p,) = parse_pipeline("unroll-jam{max-product=8 max-stmts=100 max-nodes=64}")
+    assert (p.max_product, p.max_stmts, p.max_nodes) == (8, 100, 64)
+    assert p.spec() == "unroll-jam{max-product=8 max-stmts=100 max-nodes=64}"
     (d,) = parse_pipeline("unroll-jam")
-    assert (d.max_product, d.max_stmts) == (16, 512)
+    assert (d.max_product, d.max_stmts, d.max_nodes) == (16, 512, 4096)
+
+
+def test_node_budget_keeps_a_long_expression_from_being_copied():
+    # one statement in the reduction, so the statement budget allows the 4 jammed copies of y[i]'s
+    # loop; a body of 2,000 terms (about 8,000 nodes) is over the node budget, a short one is not
+    def fors(p, spec="lower-loops,unroll-jam"):
+        return sum(1 for line in _loops(p, spec).splitlines() if line.strip().startswith("for "))
+
+    terms = " + ".join(f"x[i, k] * {k}" for k in range(2000))
+    long = tcc.parse(f"input x[4, n]\ny[i] = sum[k]({terms})\n")
+    short = tcc.parse("input x[4, n]\ny[i] = sum[k](x[i, k] * 2 + 1)\n")
+    assert fors(short) == 1  # i unrolled and jammed: only the reduction loop is left
+    assert fors(long) == 2   # i stays a loop
+    assert fors(long, "lower-loops,unroll-jam{max-nodes=100000}") == 1
+    assert_matches_interpreter(long, {"n": 3}, passes="infer-ranges,lower-loops,unroll-jam")
 
 
 def test_layer_norm_hessian_stays_within_the_copy_budget():
