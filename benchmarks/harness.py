@@ -368,6 +368,7 @@ def torch_twin(stmt: Any, buffers: Mapping[str, np.ndarray]) -> Callable[[], Any
 
     Timed beside tcc's kernel in the same rounds, it shows how much of a gap is BLAS's: tcc calls the
     OpenBLAS NumPy links, torch MKL, and the two differ most on small products (48^3)."""
+    from tcc.interpreter import einsum_equation
     from tcc.ir.contraction import has_window
 
     try:
@@ -376,11 +377,9 @@ def torch_twin(stmt: Any, buffers: Mapping[str, np.ndarray]) -> Callable[[], Any
         return None
     spec = getattr(stmt, "spec", ())
     if spec and not has_window(spec):
-        names = sorted({x for ix in spec for x in ix})
-        if len(names) > 52:
+        if len({x for ix in spec for x in ix}) > 52:  # einsum's letters
             return None
-        letter = {x: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i, x in enumerate(names)}
-        eq = ",".join("".join(letter[x] for x in ix) for ix in spec[:2]) + "->" + "".join(letter[x] for x in spec[2])
+        eq = einsum_equation(spec)
         ta, tb = (torch.from_numpy(buffers[n]) for n in stmt.args)
         return lambda: torch.einsum(eq, ta, tb)
     if stmt.fn == "matmul" and not spec:

@@ -90,12 +90,18 @@ def einsum_contract(spec: tuple[tuple[str, ...], ...], a: np.ndarray, b: np.ndar
     with windows is summed term by term instead (:mod:`tcc.window_view`)."""
     if has_window(spec):
         return window_contract(spec, a, b)
+    return np.einsum(einsum_equation(spec), a, b.astype(a.dtype, copy=False))
+
+
+def einsum_equation(spec: tuple[tuple[str, ...], ...]) -> str:
+    """The ``einsum`` equation (NumPy's, torch's) of a contraction without windows: a letter per index
+    name, ``a``-``z`` then ``A``-``Z`` in order of first appearance."""
     letters: dict[str, str] = {}
     for ix in spec:
         for x in ix:
             letters.setdefault(x, chr(ord("a") + len(letters)) if len(letters) < 26 else chr(ord("A") + len(letters) - 26))
     sub = [''.join(letters[x] for x in ix) for ix in spec]
-    return np.einsum(f"{sub[0]},{sub[1]}->{sub[2]}", a, b.astype(a.dtype, copy=False))
+    return f"{sub[0]},{sub[1]}->{sub[2]}"
 
 
 def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
