@@ -84,6 +84,7 @@ import harness as H  # noqa: E402
 import problems as P  # noqa: E402
 import sparse as SP  # noqa: E402
 from problems import Peers, grad_case, jax_ready, unavailable  # noqa: E402
+from tcc.blas_spin import openblas_spin  # noqa: E402
 
 CASES = ("urban", "correlation", "conv2d", "logistic", "compile") + FAM.FAMILIES + SP.CASES
 GROUPS = {"families": FAM.FAMILIES, "sparse": SP.CASES}     # --case names that stand for several cases
@@ -180,7 +181,8 @@ def family_case(name: str) -> Any:
     def run(ctx: Ctx) -> None:
         if "peak" not in ctx.extra:
             n, repeat = (1024, 3) if ctx.quick else (2048, 7)
-            ctx.extra["peak"] = (n, repeat, FAM.matmul_peak(n, repeat))
+            with openblas_spin():  # NumPy as it runs without tcc (tcc shortens OpenBLAS's spin: tcc.blas_spin)
+                ctx.extra["peak"] = (n, repeat, FAM.matmul_peak(n, repeat))
             ctx.log(f"  matmul peak: numpy float64 {n}x{n}, median of {repeat}: {ctx.extra['peak'][2]:.1f} GFLOP/s")
         quick, peers = ctx.quick, ctx.peers
         if name == "dense":
@@ -203,7 +205,8 @@ def family_case(name: str) -> Any:
             prods = FAM.products(name, sizes)
             flops = FAM.product_flops(prods)
             assert flops == gc.flops[P.FB], name   # the same work as the row's FLOPs
-            ms = FAM.numpy_matmul_ms(prods, 3 if quick else 7, 0.1 if quick else 0.5)
+            with openblas_spin():  # as above: the reference is NumPy with OpenBLAS's own spin
+                ms = FAM.numpy_matmul_ms(prods, 3 if quick else 7, 0.1 if quick else 0.5)
             ctx.extra.setdefault("same_shapes", {})[name] = (ms, flops / ms / 1e6)
             ctx.log(f"  numpy matmul on {name}'s shapes: {ms:.2f} ms, {flops / ms / 1e6:.1f} GFLOP/s")
         grad_case(ctx, gc)

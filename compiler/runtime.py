@@ -49,6 +49,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
+from tcc.blas_spin import shorten_blas_spin
 from tcc.contraction_kernel import run_contract
 from tcc.ir.contraction import has_window
 from tcc.window_kernel import run_window
@@ -115,6 +116,7 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
     threads (:func:`blas_limit`).
     """
     out = buffers[stmt.out]
+    shorten_blas_spin()  # once per process: OpenBLAS's idle workers would spin 0.1 s on the team's cores
     with blas_limit(threads):
         if getattr(stmt, "spec", ()) and has_window(stmt.spec):  # a stride-1 convolution: shifted GEMMs
             run_window(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)

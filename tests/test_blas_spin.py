@@ -1,0 +1,99 @@
+"""tcc shortens the spin of NumPy's OpenBLAS threads once per process (tcc.blas_spin, issue 13).
+
+Each case runs in a fresh interpreter: the setting is made once per process,
+at the first external kernel, and what OpenBLAS read at load time is part of
+what is checked.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np  # noqa: F401 - loads NumPy's BLAS, which threadpool_info looks for
+import pytest
+from threadpoolctl import threadpool_info
+
+_OPENBLAS = any(i.get("internal_api") == "openblas" and "numpy" in str(i.get("filepath", ""))
+                for i in threadpool_info())
+pytestmark = pytest.mark.skipif(not _OPENBLAS, reason="NumPy's BLAS is not OpenBLAS here")
+
+_SCRIPT = textwrap.dedent("""
+    import ctypes, json, os
+    import numpy as np
+    import tcc
+    import tcc.blas_spin as blas_spin
+    from tcc.blas_gemm import _numpy_blas_path
+    from threadpoolctl import threadpool_info
+
+    lib = ctypes.CDLL(_numpy_blas_path())
+    lib.openblas_thread_timeout.restype = ctypes.c_uint
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 260))
+    before = a @ b  # threaded by OpenBLAS before tcc changes anything
+    threads_before = [i["num_threads"] for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    f = tcc.compile("input a[300, 200], b[200, 260]\\ny[i, j] = sum[k](a[i, k] * b[k, j])\\n", threads=2)
+    out = {"at_load": lib.openblas_thread_timeout()}
+    try:
+        y = f(a=a, b=b)["y"]
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(out))
+        raise SystemExit(0)
+    after = a @ b  # threaded again, by threads started anew where tcc stopped them
+    out.update(timeout=lib.openblas_thread_timeout(), applied=blas_spin.applied(),
+               env=os.environ.get("OPENBLAS_THREAD_TIMEOUT"), same_as_numpy=bool(np.allclose(y, before)),
+               numpy_bits_unchanged=bool(np.array_equal(before, after)),
+               blas_threads=[i["num_threads"] for i in threadpool_info() if i.get("internal_api") == "openblas"],
+               threads_before=threads_before)
+    with blas_spin.openblas_spin() as ok:  # what benchmarks/ measures NumPy under: OpenBLAS's own spin
+        out.update(inside=lib.openblas_thread_timeout(), inside_ok=ok, inside_bits=bool(np.array_equal(a @ b, before)))
+    out.update(restored=lib.openblas_thread_timeout())
+    print(json.dumps(out))
+""")
+
+
+def _run(**env: str) -> dict:
+    environ = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "TCC_BLAS_SPIN")}
+    environ.update(env)
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=environ)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_first_external_kernel_shortens_the_spin_and_blas_still_computes_the_same() -> None:
+    out = _run()
+    assert out["at_load"] == 0  # OpenBLAS's own default (2^28 cycles): nothing read from the environment
+    assert out["timeout"] == 20 and out["applied"] == 20
+    assert out["env"] is None  # the value was put in the environment only for OpenBLAS to read it
+    assert out["same_as_numpy"] and out["numpy_bits_unchanged"]
+    assert out["blas_threads"] == out["threads_before"]  # re-reading the environment changed no thread count
+    assert (out["inside"], out["inside_ok"], out["inside_bits"], out["restored"]) == (28, True, True, 20)
+
+
+def test_the_spin_can_be_chosen() -> None:
+    out = _run(TCC_BLAS_SPIN="16")
+    assert (out["timeout"], out["applied"]) == (16, 16)
+
+
+def test_off_leaves_openblas_alone() -> None:
+    out = _run(TCC_BLAS_SPIN="off")
+    assert (out["timeout"], out["applied"]) == (0, None)
+    assert out["same_as_numpy"]
+    assert (out["inside"], out["restored"]) == (28, 28)  # the benchmarks' block sets OpenBLAS's default back
+
+
+def test_the_users_own_openblas_setting_stands() -> None:
+    out = _run(OPENBLAS_THREAD_TIMEOUT="7")
+    assert (out["at_load"], out["timeout"], out["applied"]) == (7, 7, None)
+    assert out["env"] == "7"
+    assert (out["inside"], out["restored"]) == (28, 7)
+
+
+@pytest.mark.parametrize("value, shown", [("banana", "'banana'"), ("3", "3"), ("31", "31")])
+def test_a_bad_setting_is_an_error_that_names_it(value: str, shown: str) -> None:
+    out = _run(TCC_BLAS_SPIN=value)
+    assert out["error"] == ("ValueError: TCC_BLAS_SPIN must be 'off' or an integer from 4 to 30 "
+                            f"(log2 of the spin in cycles), not {shown}")
