@@ -13,26 +13,32 @@ measurements).  The spin is OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT``
 (``2^N`` cycles, ``4 <= N <= 30``), which it reads from the environment
 when it loads -- before tcc runs, since NumPy loads it.
 
-:func:`shorten_blas_spin` therefore sets it in-process, once, the first time
-tcc runs an external kernel: it puts the value in the environment, has
-OpenBLAS read its environment again (``openblas_read_env``), removes the
-value again (child processes inherit nothing), and stops OpenBLAS's threads
-(``blas_thread_shutdown_``), which its next threaded call starts again with
-the new limit -- the only time the limit is read.  What that costs and where
-it is refused:
+:func:`shorten_blas_spin` therefore sets it in-process, once, at an external
+kernel tcc runs: it puts the value in the environment, has OpenBLAS read its
+environment again (``openblas_read_env``), removes the value again (a
+subprocess started afterwards inherits nothing; a forked child keeps the
+short spin, since OpenBLAS restarts its threads after a fork with the value
+it holds), and stops OpenBLAS's threads (``blas_thread_shutdown_``), which
+its next threaded call starts again with the new limit: OpenBLAS reads the
+limit only when it starts its threads.  What that costs and where it is
+refused:
 
 * a threaded BLAS call whose worker has gone to sleep pays a wake-up
   (``2^20`` cycles, the default, is 0.4 ms of spin: back-to-back calls, and
   the GEMMs of one external kernel, still find the worker awake);
 * nothing is changed where the user set ``OPENBLAS_THREAD_TIMEOUT``
   (their choice stands), where ``TCC_BLAS_SPIN=off`` (or ``0``), or where
-  NumPy's BLAS is not OpenBLAS or lacks the two entry points;
-* stopping OpenBLAS's threads while another thread of the process is inside a
-  threaded BLAS call would take that call's workers away -- the same hazard
-  as changing BLAS's thread count (threadpoolctl, which tcc uses for its
-  thread limits) at such a moment.  It happens once per process, at the
-  first external kernel; a program that runs BLAS on other threads at that
-  moment should set ``TCC_BLAS_SPIN=off`` or ``OPENBLAS_THREAD_TIMEOUT``.
+  NumPy's BLAS is not OpenBLAS or lacks the entry points;
+* stopping OpenBLAS's threads while another thread is inside a threaded
+  BLAS call hangs both threads for good.  So the change is made only at an
+  external kernel whose calling thread is the only Python thread alive
+  besides tcc's own workers (which run BLAS only inside that thread's
+  call); while other threads live (a Dask worker's, a user's, a Jupyter
+  kernel's), every external kernel checks again (``threading.enumerate``,
+  about a microsecond) and leaves OpenBLAS alone.  tcc's own threads wait
+  on a lock while the change is made.  Threads that C code starts without Python and
+  that call NumPy's OpenBLAS are not seen: a program with such threads
+  should set ``TCC_BLAS_SPIN=off`` or ``OPENBLAS_THREAD_TIMEOUT``.
 """
 from __future__ import annotations
 
@@ -93,6 +99,8 @@ def shorten_blas_spin() -> None:
         if _done:
             return
         value = spin_setting()  # a bad TCC_BLAS_SPIN raises here, on every call until it is mended
+        if value is not None and not _alone():
+            return  # another thread might be inside BLAS: try again at a later external kernel
         if value is not None and _set(value):
             _applied = value
         # only now: another thread's first external kernel waits on the lock instead of calling BLAS while
@@ -100,11 +108,23 @@ def shorten_blas_spin() -> None:
         _done = True
 
 
+def _alone() -> bool:
+    """Whether the calling thread is the only Python thread alive besides tcc's own workers (the thread
+    team's and the pool's, named ``tcc-...``, which call BLAS only inside a call that this thread makes).
+    Stopping OpenBLAS's threads while another thread is inside a threaded BLAS call hangs both for good
+    (a busy worker never sees the stop, and the stop waits for it): found in review, 9 of 9 runs hung."""
+    if threading.active_count() == 1:
+        return True
+    me = threading.current_thread()
+    return all(t is me or t.name.startswith("tcc-") for t in threading.enumerate())
+
+
 @contextlib.contextmanager
 def openblas_spin(log2: int = OPENBLAS_DEFAULT_LOG2) -> Iterator[bool]:
     """Within the block, OpenBLAS's threads spin ``2^log2`` cycles (default: OpenBLAS's own); after it, as
     tcc set them (or OpenBLAS's default).  For measuring NumPy as it runs without tcc (benchmarks/): two
-    restarts of OpenBLAS's threads.  Yields whether the spin could be set (NumPy's BLAS is OpenBLAS)."""
+    restarts of OpenBLAS's threads, so no other thread may be using BLAS at either end of the block
+    (the hang of :func:`_alone`).  Yields whether the spin could be set (NumPy's BLAS is OpenBLAS)."""
     if not 4 <= log2 <= 30:
         raise ValueError(f"log2 must be from 4 to 30, not {log2}")
     with _lock:

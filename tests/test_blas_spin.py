@@ -34,6 +34,11 @@ _SCRIPT = textwrap.dedent("""
     a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 260))
     before = a @ b  # threaded by OpenBLAS before tcc changes anything
     threads_before = [i["num_threads"] for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    tasks_before = set(os.listdir("/proc/self/task"))  # OpenBLAS's worker threads among them
+    if os.environ.get("TEST_OTHER_THREAD"):  # another Python thread, alive while tcc runs (idle: no BLAS)
+        import threading
+        stop = threading.Event()
+        threading.Thread(target=stop.wait, name="user-thread", daemon=True).start()
     f = tcc.compile("input a[300, 200], b[200, 260]\\ny[i, j] = sum[k](a[i, k] * b[k, j])\\n", threads=2)
     out = {"at_load": lib.openblas_thread_timeout()}
     try:
@@ -43,11 +48,17 @@ _SCRIPT = textwrap.dedent("""
         print(json.dumps(out))
         raise SystemExit(0)
     after = a @ b  # threaded again, by threads started anew where tcc stopped them
+    out["restarted"] = bool(tasks_before - set(os.listdir("/proc/self/task")))  # the old workers are gone
     out.update(timeout=lib.openblas_thread_timeout(), applied=blas_spin.applied(),
                env=os.environ.get("OPENBLAS_THREAD_TIMEOUT"), same_as_numpy=bool(np.allclose(y, before)),
                numpy_bits_unchanged=bool(np.array_equal(before, after)),
                blas_threads=[i["num_threads"] for i in threadpool_info() if i.get("internal_api") == "openblas"],
                threads_before=threads_before)
+    if os.environ.get("TEST_OTHER_THREAD"):
+        stop.set()
+        for _ in range(3):  # alone again: the next call with an external kernel makes the change
+            f(a=a, b=b)
+        out["later"] = (lib.openblas_thread_timeout(), blas_spin.applied())
     with blas_spin.openblas_spin() as ok:  # what benchmarks/ measures NumPy under: OpenBLAS's own spin
         out.update(inside=lib.openblas_thread_timeout(), inside_ok=ok, inside_bits=bool(np.array_equal(a @ b, before)))
     out.update(restored=lib.openblas_thread_timeout())
@@ -67,6 +78,7 @@ def test_the_first_external_kernel_shortens_the_spin_and_blas_still_computes_the
     out = _run()
     assert out["at_load"] == 0  # OpenBLAS's own default (2^28 cycles): nothing read from the environment
     assert out["timeout"] == 20 and out["applied"] == 20
+    assert out["restarted"]  # OpenBLAS reads the limit only when it starts its threads
     assert out["env"] is None  # the value was put in the environment only for OpenBLAS to read it
     assert out["same_as_numpy"] and out["numpy_bits_unchanged"]
     assert out["blas_threads"] == out["threads_before"]  # re-reading the environment changed no thread count
@@ -80,7 +92,7 @@ def test_the_spin_can_be_chosen() -> None:
 
 def test_off_leaves_openblas_alone() -> None:
     out = _run(TCC_BLAS_SPIN="off")
-    assert (out["timeout"], out["applied"]) == (0, None)
+    assert (out["timeout"], out["applied"], out["restarted"]) == (0, None, False)
     assert out["same_as_numpy"]
     assert (out["inside"], out["restored"]) == (28, 28)  # the benchmarks' block sets OpenBLAS's default back
 
@@ -90,6 +102,15 @@ def test_the_users_own_openblas_setting_stands() -> None:
     assert (out["at_load"], out["timeout"], out["applied"]) == (7, 7, None)
     assert out["env"] == "7"
     assert (out["inside"], out["restored"]) == (28, 7)
+
+
+def test_nothing_changes_while_another_python_thread_lives() -> None:
+    # stopping OpenBLAS's threads while another thread is inside a threaded BLAS call hangs both, so the
+    # change waits until the calling thread is alone (besides tcc's own workers); then it is made
+    out = _run(TEST_OTHER_THREAD="1")
+    assert (out["timeout"], out["applied"], out["restarted"]) == (0, None, False)
+    assert out["same_as_numpy"] and out["numpy_bits_unchanged"]
+    assert out["later"] == [20, 20]  # (a JSON list)
 
 
 @pytest.mark.parametrize("value, shown", [("banana", "'banana'"), ("3", "3"), ("31", "31")])
