@@ -62,6 +62,22 @@ _SCRIPT = textwrap.dedent("""
     with blas_spin.openblas_spin() as ok:  # what benchmarks/ measures NumPy under: OpenBLAS's own spin
         out.update(inside=lib.openblas_thread_timeout(), inside_ok=ok, inside_bits=bool(np.array_equal(a @ b, before)))
     out.update(restored=lib.openblas_thread_timeout())
+    if os.environ.get("TEST_FORK"):  # a forked child: OpenBLAS restarts its threads there, with the value it holds
+        import time
+        pid = os.fork()
+        if pid == 0:
+            ok = np.array_equal(a @ b, before) and np.array_equal(f(a=a, b=b)["y"], y)
+            os._exit(0 if ok else 1)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                out["child"] = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            out["child"] = "hung"
     print(json.dumps(out))
 """)
 
@@ -83,6 +99,11 @@ def test_the_first_external_kernel_shortens_the_spin_and_blas_still_computes_the
     assert out["same_as_numpy"] and out["numpy_bits_unchanged"]
     assert out["blas_threads"] == out["threads_before"]  # re-reading the environment changed no thread count
     assert (out["inside"], out["inside_ok"], out["inside_bits"], out["restored"]) == (28, True, True, 20)
+
+
+def test_a_forked_child_computes_the_same() -> None:
+    out = _run(TEST_FORK="1")
+    assert out["applied"] == 20 and out["child"] == 0
 
 
 def test_the_spin_can_be_chosen() -> None:
