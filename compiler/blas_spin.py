@@ -36,9 +36,9 @@ refused:
   call); while other threads live (a Dask worker's, a user's, a Jupyter
   kernel's), every external kernel checks again (``threading.enumerate``,
   about a microsecond) and leaves OpenBLAS alone.  tcc's own threads wait
-  on a lock while the change is made.  Threads that C code starts without Python and
-  that call NumPy's OpenBLAS are not seen: a program with such threads
-  should set ``TCC_BLAS_SPIN=off`` or ``OPENBLAS_THREAD_TIMEOUT``.
+  on a lock while the change is made.  Threads that C code starts without
+  Python and that call NumPy's OpenBLAS are not seen: a program with such
+  threads should set ``TCC_BLAS_SPIN=off`` or ``OPENBLAS_THREAD_TIMEOUT``.
 """
 from __future__ import annotations
 
