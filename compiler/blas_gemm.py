@@ -37,12 +37,18 @@ _lock = threading.Lock()
 _fns: dict[str, Any] | None = None
 
 
-def _numpy_blas_path() -> str | None:
+def _numpy_blas_info() -> dict[str, Any] | None:
+    """threadpoolctl's description of NumPy's BLAS library (``filepath``, ``internal_api``, ...), or None."""
     from threadpoolctl import threadpool_info
 
     libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     mine = [i for i in libs if "numpy" in str(i.get("filepath", ""))]
-    return str((mine or libs)[0]["filepath"]) if (mine or libs) else None
+    return (mine or libs)[0] if (mine or libs) else None
+
+
+def _numpy_blas_path() -> str | None:
+    info = _numpy_blas_info()
+    return None if info is None else str(info["filepath"])
 
 
 def _load() -> dict[str, Any]:

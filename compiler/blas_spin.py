@@ -75,13 +75,13 @@ def spin_setting() -> int | None:
     if raw in ("off", "0", "no", "false"):
         return None
     try:
-        value = int(raw)
+        value: int | None = int(raw)
     except ValueError:
+        value = None
+    if value is None or not 4 <= value <= 30:
+        shown = repr(raw) if value is None else value
         raise ValueError(f"TCC_BLAS_SPIN must be 'off' or an integer from 4 to 30 (log2 of the spin in cycles), "
-                         f"not {raw!r}") from None
-    if not 4 <= value <= 30:
-        raise ValueError(f"TCC_BLAS_SPIN must be 'off' or an integer from 4 to 30 (log2 of the spin in cycles), "
-                         f"not {value}")
+                         f"not {shown}")
     return value
 
 
@@ -99,10 +99,11 @@ def shorten_blas_spin() -> None:
         if _done:
             return
         value = spin_setting()  # a bad TCC_BLAS_SPIN raises here, on every call until it is mended
-        if value is not None and not _alone():
-            return  # another thread might be inside BLAS: try again at a later external kernel
-        if value is not None and _set(value):
-            _applied = value
+        if value is not None:
+            if not _alone():
+                return  # another thread might be inside BLAS: try again at a later external kernel
+            if _set(value):
+                _applied = value
         # only now: another thread's first external kernel waits on the lock instead of calling BLAS while
         # OpenBLAS's threads are being stopped
         _done = True
@@ -174,18 +175,13 @@ def _set(log2: int) -> bool:
 def _openblas() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr, ctypes._CFuncPtr] | None:  # type: ignore[name-defined]
     """NumPy's OpenBLAS entry points ``openblas_read_env``, ``blas_thread_shutdown_`` and
     ``openblas_thread_timeout``, or None where NumPy's BLAS is another library or lacks one of them."""
-    from threadpoolctl import threadpool_info
+    from tcc.blas_gemm import _numpy_blas_info
 
-    from tcc.blas_gemm import _numpy_blas_path
-
-    path = _numpy_blas_path()
-    if path is None:
-        return None
-    kinds = {str(i.get("filepath")): i.get("internal_api") for i in threadpool_info()}
-    if kinds.get(path) != "openblas":
+    info = _numpy_blas_info()  # one scan of the loaded libraries (threadpoolctl) for the path and the kind
+    if info is None or info.get("internal_api") != "openblas":
         return None
     try:
-        lib = ctypes.CDLL(path)
+        lib = ctypes.CDLL(str(info["filepath"]))
         read_env, shutdown, timeout = lib.openblas_read_env, lib.blas_thread_shutdown_, lib.openblas_thread_timeout
     except (OSError, AttributeError):
         return None

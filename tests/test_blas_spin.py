@@ -14,11 +14,10 @@ import textwrap
 
 import numpy as np  # noqa: F401 - loads NumPy's BLAS, which threadpool_info looks for
 import pytest
-from threadpoolctl import threadpool_info
 
-_OPENBLAS = any(i.get("internal_api") == "openblas" and "numpy" in str(i.get("filepath", ""))
-                for i in threadpool_info())
-pytestmark = pytest.mark.skipif(not _OPENBLAS, reason="NumPy's BLAS is not OpenBLAS here")
+from tcc.blas_spin import _openblas
+
+pytestmark = pytest.mark.skipif(_openblas() is None, reason="NumPy's BLAS is not OpenBLAS here")
 
 _SCRIPT = textwrap.dedent("""
     import ctypes, json, os
