@@ -106,7 +106,8 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
     """Run the external kernel ``extern fn(args) -> out`` on the bound arrays, writing ``out`` in place.
 
     ``matmul`` writes straight into ``out`` (``np.matmul(A, B, out=C)``: NumPy's
-    BLAS, no temporary; the runtime never binds overlapping buffers).  An
+    BLAS, no temporary; the runtime never binds overlapping buffers; an inf
+    times a zero is NaN without NumPy's warning, as in the compiled kernels).  An
     argument read transposed (``matmul(A, transpose(B))``) is passed as the
     transposed view ``B.T``: NumPy hands BLAS the stored array with the
     transpose flag, so nothing is copied.  ``contract`` reshapes (or copies)
@@ -117,7 +118,8 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
     """
     out = buffers[stmt.out]
     shorten_blas_spin()  # once per process: OpenBLAS's idle workers would spin 0.1 s on the team's cores
-    with blas_limit(threads):
+    # inf * 0 is NaN in a product as in the compiled kernels, without NumPy's RuntimeWarning
+    with blas_limit(threads), np.errstate(invalid="ignore", over="ignore"):
         if getattr(stmt, "spec", ()) and has_window(stmt.spec):  # a stride-1 convolution: shifted GEMMs
             run_window(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif getattr(stmt, "spec", ()):

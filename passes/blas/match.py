@@ -406,6 +406,11 @@ class Rewriter(FreshNames):
                 raise _NoMatch("the %s side does not mention %s", what, z)
         if batch and not any(on_batch[k] for k in side):
             raise _NoMatch("neither side varies along the batch %s", ", ".join(batch))
+        for what, fs in (("left", left), ("right", right)):
+            on = set(batch) & {n for f in fs for n in free_names(f)}
+            if on and on != set(batch):  # outlined, it would be repeated over the rest of the batch
+                raise _NoMatch("the %s side varies along %s but not along all of the batch %s", what,
+                               ", ".join(x for x in batch if x in on), ", ".join(batch))
         out: list[Definition] = []
         lhs = self.outline(d, left, negated and not to_right, (a, z), (p, q), shape, "lhs", out)
         rhs = self.outline(d, right, negated and to_right, (z, b), (q, r), shape, "rhs", out)
