@@ -26,8 +26,8 @@ layer normalisation, which has no contraction, has no GFLOP/s.
 The issue's rate goal reads tcc's GFLOP/s against "NumPy's matmul on the
 same shapes": :func:`products` lists, per dense family, the matrix products
 (batch, M, N, K) of its forward + gradients in that cheapest order, and
-:func:`numpy_matmul_ms` times ``np.matmul`` on contiguous operands of those
-shapes -- nothing else (no element-wise work, no transposing or im2col
+:func:`numpy_matmul_round` is ``np.matmul`` on contiguous operands of those
+shapes, timed beside tcc in the same row -- nothing else (no element-wise work, no transposing or im2col
 copies), so NumPy's figure is the most favourable reading of its own BLAS.
 A convolution's products are its im2col GEMMs with the batch folded into
 ``N`` (one product each for ``y``, the columns of ``dx`` and ``dw``).  The
@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -97,27 +97,21 @@ def products(name: str, sizes: tuple[int, ...]) -> list[Product]:
     raise ValueError(f"no products for {name!r}")
 
 
-def numpy_matmul_ms(prods: list[Product], repeat: int, min_time: float = 0.5) -> float:
-    """Median ms of one round of ``np.matmul`` over every product in ``prods`` (contiguous random float64
-    operands, results into arrays allocated once): "NumPy's matmul on the same shapes".
-
-    One untimed round first; then rounds until ``repeat`` of them and ``min_time`` seconds."""
+def numpy_matmul_round(prods: list[Product]) -> Callable[[], dict]:
+    """One round of ``np.matmul`` over every product in ``prods`` (contiguous random float64 operands,
+    results into arrays allocated once): "NumPy's matmul on the same shapes".  run.py times it as a
+    candidate of the forward + gradients row, in blocks alternating with tcc's (benchmarks/harness.py),
+    so that the rate goal's two times come from the same stretch of this machine's drifting speed."""
     rng = np.random.default_rng(1)
     ops = [(rng.standard_normal((h, m, k)), rng.standard_normal((h, k, n)), np.empty((h, m, n)))
            for h, m, n, k in prods]
 
-    def one_round() -> float:
-        t0 = time.perf_counter()
+    def one_round() -> dict:
         for a, b, out in ops:
             np.matmul(a, b, out=out)
-        return time.perf_counter() - t0
+        return {}
 
-    one_round()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < repeat or time.perf_counter() - start < min_time:
-        times.append(one_round())
-    return statistics.median(times) * 1e3
+    return one_round
 
 
 def three_rows(fwd: float, grads: float) -> dict[str, float]:

@@ -51,6 +51,7 @@ The cell of a row is the median of the samples.  Ratios are
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import math
@@ -62,7 +63,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
@@ -133,6 +134,22 @@ class Candidate:
     fn: Callable[[], Any] | None = None
     status: str = "ok"                      # set to missing/failed before timing when it cannot run
     check: bool = True                      # compare the results with tcc's
+    # a context entered around each of this candidate's blocks of calls (around each call when
+    # interleaving), its first call and warm-up included: the conditions it is measured under
+    around: Callable[[], ContextManager[Any]] | None = None
+
+
+#: the key of the cell that times NumPy's matmul on a row's products (not a column of the tables: the
+#: reference of the rate goal, benchmarks/families.py)
+SAME_SHAPES = "numpy matmul, same shapes"
+
+
+def _around(cands: Sequence[Candidate]) -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    for c in cands:
+        if c.around is not None:
+            stack.enter_context(c.around())
+    return stack
 
 
 def short_reason(exc: BaseException, width: int = 90) -> str:
@@ -192,17 +209,18 @@ def run_row(
                 cell.status = "n/a"
             continue
         try:
-            t0 = time.perf_counter()
-            result = cand.fn()
-            cell.first_s = time.perf_counter() - t0
-            if cand.check and reference is not None:
-                cell.err = rel_error(result, reference)
-                if not cell.err <= tol:
-                    cell.status = f"wrong: rel. error {cell.err:.1e} > {tol:g}"
-                    log(f"    {cand.framework}: {cell.status} (not timed)")
-                    continue
-            del result
-            cand.fn()                                   # warm-up
+            with _around([cand]):
+                t0 = time.perf_counter()
+                result = cand.fn()
+                cell.first_s = time.perf_counter() - t0
+                if cand.check and reference is not None:
+                    cell.err = rel_error(result, reference)
+                    if not cell.err <= tol:
+                        cell.status = f"wrong: rel. error {cell.err:.1e} > {tol:g}"
+                        log(f"    {cand.framework}: {cell.status} (not timed)")
+                        continue
+                del result
+                cand.fn()                               # warm-up
         except Exception as exc:                        # noqa: BLE001 - any peer failure is a result
             cell.status = f"failed: {short_reason(exc)}"
             log(f"    {cand.framework}: {cell.status}")
@@ -244,13 +262,14 @@ def run_row(
     window_meter.start()
 
     def timed(cand: Candidate, cell: Cell, prime: bool) -> None:
-        if prime:                                       # untimed: absorbs the switch from the previous framework
+        with _around([cand]) if INTERLEAVE else contextlib.nullcontext():
+            if prime:                                   # untimed: absorbs the switch from the previous framework
+                t0 = time.perf_counter()
+                cand.fn()
+                spent[id(cand)] += time.perf_counter() - t0
             t0 = time.perf_counter()
             cand.fn()
-            spent[id(cand)] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        cand.fn()
-        dt = time.perf_counter() - t0
+            dt = time.perf_counter() - t0
         window.append((cell, dt))
         pending[id(cell)] = pending.get(id(cell), 0) + 1
         spent[id(cand)] += dt
@@ -266,18 +285,19 @@ def run_row(
                     continue
                 time.sleep(SETTLE_S)
             first = True
-            while True:
-                if all(done(c, cell, share) for c, cell in group):
-                    if window:                          # classify the open window, then look again
+            with contextlib.nullcontext() if INTERLEAVE else _around([c for c, _ in group]):
+                while True:
+                    if all(done(c, cell, share) for c, cell in group):
+                        if window:                      # classify the open window, then look again
+                            close_window()
+                            continue
+                        break
+                    for cand, cell in group:
+                        if not done(cand, cell, share):
+                            timed(cand, cell, primer and (first or INTERLEAVE))
+                    first = False
+                    if window_meter.elapsed() >= WINDOW_S:
                         close_window()
-                        continue
-                    break
-                for cand, cell in group:
-                    if not done(cand, cell, share):
-                        timed(cand, cell, primer and (first or INTERLEAVE))
-                first = False
-                if window_meter.elapsed() >= WINDOW_S:
-                    close_window()
         if window:
             close_window()
     finally:

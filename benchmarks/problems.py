@@ -212,6 +212,9 @@ class GradCase:
     notes: dict[str, str] = field(default_factory=dict)
     wrt: list[str] | None = None              # the inputs differentiated (default: all); the others are constants
     flops: dict[str, float] = field(default_factory=dict)   # useful FLOPs per row ("forward", FB, BO)
+    # one round of NumPy's matmul on the forward + gradients' products (families.py): timed in the FB
+    # row's alternating blocks, beside tcc, as the rate goal's reference
+    same_shapes: Callable[[], Any] | None = None
 
 
 def grad_case(ctx: RunContext, gc: GradCase) -> None:
@@ -371,6 +374,10 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
         if gc.torch_compile:
             cands.append(unavailable("torch.compile", st))
             tbwd.append(unavailable("torch.compile", st))
+    if gc.same_shapes is not None:  # NumPy as it runs without tcc: OpenBLAS's own spin (tcc.blas_spin)
+        from tcc.blas_spin import openblas_spin
+
+        cands.append(H.Candidate(H.SAME_SHAPES, gc.same_shapes, check=False, around=openblas_spin))
     ctx.row(gc.case, FB, cands, ref_all,
             note="tcc: one program for the value and the gradients, tcc.grad(value=True)", flops=gc.flops.get(FB))
 

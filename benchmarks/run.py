@@ -203,12 +203,8 @@ def family_case(name: str) -> Any:
             gc = FAM.layernorm(*((128, 256) if quick else (512, 1024)), peers)
         if name in FAM.DENSE_FAMILIES:
             prods = FAM.products(name, sizes)
-            flops = FAM.product_flops(prods)
-            assert flops == gc.flops[P.FB], name   # the same work as the row's FLOPs
-            with openblas_spin():  # as above: the reference is NumPy with OpenBLAS's own spin
-                ms = FAM.numpy_matmul_ms(prods, 3 if quick else 7, 0.1 if quick else 0.5)
-            ctx.extra.setdefault("same_shapes", {})[name] = (ms, flops / ms / 1e6)
-            ctx.log(f"  numpy matmul on {name}'s shapes: {ms:.2f} ms, {flops / ms / 1e6:.1f} GFLOP/s")
+            assert FAM.product_flops(prods) == gc.flops[P.FB], name   # the same work as the row's FLOPs
+            gc.same_shapes = FAM.numpy_matmul_round(prods)   # timed in the row, beside tcc
         grad_case(ctx, gc)
     return run
 
@@ -409,12 +405,13 @@ def family_goals(ctx: Ctx, by: dict[tuple[str, str], H.Row]) -> list[str]:
                    else f"**not met**: tcc takes {1 / ratio:.2f}x {fw}'s time")
             lines.append(f"| {goal} | tcc {H.fmt_ms(r.cells['tcc'].median_ms)} ms, {fw} {H.fmt_ms(ms)} ms | {how} |")
         rate = r.gflops("tcc")
-        same = ctx.extra.get("same_shapes", {}).get(case)
+        same = r.gflops(H.SAME_SHAPES)
         if case in FAM.DENSE_FAMILIES and rate is not None and same:
-            frac = rate / same[1]
+            frac = rate / same
             how = "met" if frac >= GOAL_PEAK else f"**not met**: needs {GOAL_PEAK / frac:.2f}x more"
             lines.append(f"| {case} forward+gradients: tcc >= {GOAL_PEAK:.0%} of NumPy's matmul rate on the "
-                         f"same shapes | {rate:.1f} GFLOP/s, {frac:.0%} of {same[1]:.1f} ({same[0]:.2f} ms) | {how} |")
+                         f"same shapes, timed in the same row | {rate:.1f} GFLOP/s, {frac:.0%} of {same:.1f} "
+                         f"({H.fmt_ms(r.cells[H.SAME_SHAPES].median_ms)} ms) | {how} |")
         if case in FAM.DENSE_FAMILIES and rate is not None and peak:
             frac = rate / peak[2]
             how = "met" if frac >= GOAL_PEAK else f"not met: needs {GOAL_PEAK / frac:.1f}x more"
