@@ -39,6 +39,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "blas": "tcc.passes.blas:Blas",
     "contract-order": "tcc.passes.contract_order:ContractOrder",
     "col2im": "tcc.passes.col2im:Col2im",
+    "im2col": "tcc.passes.im2col:Im2col",
     "lower-llvm": "tcc.backends.lower_llvm:LowerLLVM",
     "llvm-opt": "tcc.backends.llvm_opt:LLVMOpt",
     "emit-ptx": "tcc.backends.emit_ptx:EmitPTX",

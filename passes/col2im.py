@@ -59,9 +59,11 @@ outputs read about ``U * min(P / |c|, Z)`` of them.  The pass rewrites when
 Size names count as ``symbolic-size`` (1000, as in ``contract-order``):
 large.  The forward strided convolution, ``x[b, c, 2*i + p, ...]``, is not
 matched: the free index has the stride there, and a grid over every
-position of ``x`` would be ``stride**2`` times the work.
+position of ``x`` would be ``stride**2`` times the work; the weight
+gradient, ``x[b, c, p + 2*z1, ...]``, has the pattern but a grid 21 times
+its work on the conv2d benchmark's shapes, and is ``im2col``'s.
 
-The pass is in the CPU pipeline right before ``blas``, which makes
+The pass is in the CPU pipeline before ``im2col`` and ``blas``, which makes
 ``dx_col``'s contraction a BLAS call; the GPU pipeline keeps the one loop
 nest (a thread per element of ``dx``).  The result is again a program of the
 language: it prints, parses back and runs in the interpreter.
@@ -76,6 +78,7 @@ from tcc.ir.expr import Access, Binary, Expr, Sum
 from tcc.ir.fresh_names import fresh_name
 from tcc.ir.index import Affine
 from tcc.ir.program import Definition, Program
+from tcc.ir.strided_window import Window, plain_name, product_of_two_reads, window
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 __all__ = ["Col2im", "col2im_program"]
@@ -90,53 +93,19 @@ DEFAULT_MAX_WASTE = 2.0
 DEFAULT_SYMBOLIC_SIZE = 1000
 
 
-@dataclass(frozen=True)
-class _Window:
-    read: int   # 0 or 1
-    axis: int   # the read's axis
-    free: str   # f
-    var: str    # z
-    coef: int   # c
-
-
-def _plain(ix: Affine) -> str | None:
-    names = ix.names()
-    return names[0] if len(names) == 1 and ix == Affine.var(names[0]) else None
-
-
-def _window(ix: Affine, read: int, axis: int, out: set[str], summed: set[str]) -> _Window | None:
-    """``ix`` as ``±f + c*z + k``, or ``None``."""
-    if len(ix.terms) != 2 or not all(isinstance(a, str) for a, _ in ix.terms):
-        return None
-    (a, ca), (b, cb) = ix.terms
-    if a in summed and b in out:
-        (a, ca), (b, cb) = (b, cb), (a, ca)
-    if a not in out or b not in summed or abs(ca) != 1:
-        return None
-    return _Window(read, axis, str(a), str(b), cb)
-
-
-def _match(d: Definition) -> tuple[list[Sum], list[Access], list[list[str | None]], list[_Window]] | None:
+def _match(d: Definition) -> tuple[list[Sum], list[Access], list[list[str | None]], list[Window]] | None:
     """The sums, the two reads, their plain index names (``None`` at a window) and the windows."""
-    sums: list[Sum] = []
-    body = d.body
-    while isinstance(body, Sum):
-        sums.append(body)
-        body = body.body
-    if not sums or not (isinstance(body, Binary) and body.op == "*"):
+    found = product_of_two_reads(d.body, d.indices)
+    if found is None:
         return None
-    reads = [body.lhs, body.rhs]
-    if not all(isinstance(f, Access) for f in reads):
-        return None
+    sums, reads = found
     out, summed = set(d.indices), {s.var for s in sums}
-    if len(summed) != len(sums) or summed & out:
-        return None
-    plain = [[_plain(ix) for ix in f.indices] for f in reads]  # type: ignore[union-attr]
+    plain = [[plain_name(ix) for ix in f.indices] for f in reads]
     windows = []
     for r, f in enumerate(reads):
-        for k, (ix, x) in enumerate(zip(f.indices, plain[r])):  # type: ignore[union-attr]
+        for k, (ix, x) in enumerate(zip(f.indices, plain[r])):
             if x is None:
-                w = _window(ix, r, k, out, summed)
+                w = window(ix, r, k, out, summed)
                 if w is None:
                     return None
                 windows.append(w)
@@ -153,7 +122,7 @@ def _match(d: Definition) -> tuple[list[Sum], list[Access], list[list[str | None
         return None  # a shared index that is not summed is a batch: not planned for
     if any(w.var not in names[1 - w.read] or w.var in names[w.read] for w in windows):
         return None
-    return sums, reads, plain, windows  # type: ignore[return-value]
+    return sums, reads, plain, windows
 
 
 def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, max_waste: float,

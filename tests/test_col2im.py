@@ -171,6 +171,15 @@ def test_the_forward_strided_convolution_is_not_taken():
     assert "_col" not in after(tcc.parse(conv(B=8, C=32, O=32, S=64, T=64)), min_dim=1)
 
 
+def test_the_weight_gradient_fails_the_cost_model():
+    """``x[b, c, p + 2*z1, ...]`` has the pattern, but its grid is 64 x 31 per axis for 3 x 31 terms read:
+    21 times the work per axis (``im2col`` takes it instead)."""
+    g = tcc.grad(conv(B=8, C=16, O=32, S=64, T=64), of="y", wrt="w")
+    assert "_col" not in after(g)
+    forced = after(g, max_waste=1000, min_dim=1)  # (its GEMM's inner dimension is the batch, 8)
+    assert "local dw_col[16, 64, 64, 32, 31, 31]" in forced  # 2e9 elements: not compiled here
+
+
 def test_too_much_waste_is_refused():
     """A gradient cropped to a small output: most of the grid's taps would be read by no element."""
     src = ("input dy[4, 32, 40], w[32, 16, 3]\noutput dx[4, 16, 9]\n"

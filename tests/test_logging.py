@@ -74,7 +74,7 @@ def test_verbose_shows_why_blas_fuse_and_parallel_declined(files, capsys):
     lines = err.splitlines()
     for line in (BLAS_TINY, BLAS_FACTOR, BLAS_DONE, FUSE, PARALLEL_EXTERN):
         assert line in lines
-    assert "tcc.pipeline: debug: pass 4 of 18: blas" in lines
+    assert "tcc.pipeline: debug: pass 5 of 19: blas" in lines
     # the sum itself is named, with the reason the first index order failed
     assert ("tcc.passes.blas: debug: f: sum[k: 0..4](a[i, k] * b[k, j]) not a matmul over (i, j): "
             "tiny: 4 * 6 * 5 = 120 multiply-adds < min-work 32768") in lines
