@@ -38,6 +38,10 @@ its rows are the GEMM's free group and its columns the contracted group,
 so ``blas`` reads it in place.  Its reads are ``X``'s own, at the same
 points: all in bounds.
 
+A dilated forward convolution, ``x[b, c, i + 2*p, j + 2*q]``, is matched
+too: a copy 4.2 times the size of ``x``, ``w`` and ``y`` together, 16.5-17.5
+ms against 25.0-26.8 ms for the loop nest at 8 x 32 x 64 x 64.
+
 **The forward convolution is not matched**: in ``2*i + p`` the result's
 index has the stride, which is not a window.  An im2col copy of it measured
 no faster than the loop nest (3.1-3.8 ms against 3.1-3.2 ms on the conv2d

@@ -151,6 +151,16 @@ def test_the_forward_convolution_and_the_input_gradient_are_not_taken():
     assert "_im2col" not in after(tcc.grad(src, of="y", wrt="x"), min_dim=1, copy_cost=1)
 
 
+def test_a_dilated_forward_convolution_is_taken():
+    src = ("input x[2, 16, 20, 21], w[16, 16, 3, 3]\n"
+           "y[b, o, i, j] = sum[c, p, q](x[b, c, i + 2*p, j + 2*q] * w[o, c, p, q])\n")
+    assert "local y_im2col[2, 16, 17, 16, 3, 3]" in after(tcc.parse(src))
+    f = tcc.compile(src)
+    assert "extern contract(y_im2col[" in str(f.loops)
+    args = args_for(src)
+    np.testing.assert_allclose(f(**args)["y"], tcc.run(src, args)["y"], rtol=1e-12, atol=1e-11)
+
+
 def test_the_gpu_pipeline_keeps_the_loop_nest():
     assert "im2col" not in DEFAULT_GPU_PIPELINE
     g = weight_gradient(conv())
