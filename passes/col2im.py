@@ -227,7 +227,6 @@ class Col2im(Pass):
     min_dim: int = DEFAULT_MIN_DIM
     # how many times the original sum's multiply-adds the contraction may cost
     max_waste: float = DEFAULT_MAX_WASTE
-
     # the value assumed for every size name in the cost model
     symbolic_size: int = DEFAULT_SYMBOLIC_SIZE
 

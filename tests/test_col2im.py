@@ -16,23 +16,10 @@ from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
 from tcc.passes.col2im import Col2im
 from tcc.passes.infer_ranges import InferRanges
 
-CONV = ("input x[{B}, {C}, {S}, {T}], w[{O}, {C}, {R}, {Q}]\n"
-        "y[b, o, i, j] = sum[c, p, q](x[b, c, {s}*i + p{pad}, {t}*j + q{pad}] * w[o, c, p, q])\n")
+from strided_conv import args_for, assert_agrees, conv
 
 # the loop pipeline with the pass's and blas's thresholds off: small shapes take the same paths
 SMALL = DEFAULT_LOOP_PIPELINE.replace("col2im", "col2im{min-dim=1}").replace("blas", "blas{min-work=1}")
-
-
-def conv(B=2, C=16, O=16, S=12, T=13, R=3, Q=3, s=2, t=2, pad="") -> str:  # noqa: N803 - the usual names
-    return CONV.format(B=B, C=C, O=O, S=S, T=T, R=R, Q=Q, s=s, t=t, pad=pad)
-
-
-def args_for(program, seed: int = 0, dtype=np.float64, sizes=None) -> dict[str, np.ndarray]:  # noqa: ANN001
-    rng = np.random.default_rng(seed)
-    p = tcc.parse(program) if isinstance(program, str) else program
-    env = dict(sizes or {})
-    return {t.name: rng.standard_normal(tuple(int(e.evaluate(env)) for e in t.extents)).astype(dtype)
-            for t in p.inputs}
 
 
 def gradient(src: str) -> object:
@@ -55,7 +42,7 @@ def test_the_benchmark_shapes_give_one_contraction_and_a_gather():
     f = tcc.compile(g)
     assert "extern contract(dy[dx_0, dx_z0, dx_z1, dx_z2], w[dx_z0, dx_1, dx_k, dx_k2]) -> dx_col[" in str(f.loops)
     args = args_for(g)
-    np.testing.assert_allclose(f(**args)["dx"], tcc.run(g, args)["dx"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dx")
 
 
 def test_the_rewritten_program_prints_parses_back_and_runs_in_the_interpreter():
@@ -121,7 +108,7 @@ def test_strides_offsets_and_kernel_shapes(s, t, pad, R, Q):
     f = tcc.compile(g, passes=SMALL)
     assert "dx_col" in str(f.loops)
     args = args_for(g, seed=s * 10 + t)
-    np.testing.assert_allclose(f(**args)["dx"], tcc.run(g, args)["dx"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dx")
 
 
 def test_symbolic_batch_including_an_empty_one():
@@ -223,7 +210,7 @@ def test_the_gpu_pipeline_keeps_the_loop_nest():
     g = gradient(conv())
     f = tcc.compile(g, target="cuda-sim")
     args = args_for(g)
-    np.testing.assert_allclose(f(**args)["dx"], tcc.run(g, args)["dx"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dx")
 
 
 def test_cuda_sim_runs_the_rewritten_program_as_loops():
@@ -232,7 +219,7 @@ def test_cuda_sim_runs_the_rewritten_program_as_loops():
     f = tcc.compile(g, target="cuda-sim", passes=DEFAULT_GPU_PIPELINE.replace("contract-order,",
                                                                               "contract-order,col2im{min-dim=1},"))
     args = args_for(g)
-    np.testing.assert_allclose(f(**args)["dx"], tcc.run(g, args)["dx"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dx")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -245,4 +232,4 @@ def test_random_strided_gradients_against_the_sums(B, C, O, S, T, R, Q, s, t, se
     g = gradient(conv(B=B, C=C, O=O, S=S, T=T, R=R, Q=Q, s=s, t=t))
     f = tcc.compile(g, passes=SMALL)
     args = args_for(g, seed=seed)
-    np.testing.assert_allclose(f(**args)["dx"], tcc.run(g, args)["dx"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dx")

@@ -15,28 +15,15 @@ from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
 from tcc.passes.im2col import Im2col
 from tcc.passes.infer_ranges import InferRanges
 
-CONV = ("input x[{B}, {C}, {S}, {T}], w[{O}, {C}, {R}, {Q}]\n"
-        "y[b, o, i, j] = sum[c, p, q](x[b, c, {s}*i + p, {t}*j + q] * w[o, c, p, q])\n")
+from strided_conv import args_for, assert_agrees, conv
 
 # the loop pipeline with the thresholds off: small shapes take the same paths
 SMALL = (DEFAULT_LOOP_PIPELINE.replace("im2col", "im2col{min-dim=1 copy-cost=1}")
          .replace("blas", "blas{min-work=1}"))
 
 
-def conv(B=2, C=16, O=16, S=12, T=13, R=3, Q=3, s=2, t=2) -> str:  # noqa: N803 - the usual names
-    return CONV.format(B=B, C=C, O=O, S=S, T=T, R=R, Q=Q, s=s, t=t)
-
-
 def weight_gradient(src: str) -> object:
     return tcc.grad(src, of="y", wrt="w")
-
-
-def args_for(program, seed: int = 0, dtype=np.float64, sizes=None) -> dict[str, np.ndarray]:  # noqa: ANN001
-    rng = np.random.default_rng(seed)
-    p = tcc.parse(program) if isinstance(program, str) else program
-    env = dict(sizes or {})
-    return {t.name: rng.standard_normal(tuple(int(e.evaluate(env)) for e in t.extents)).astype(dtype)
-            for t in p.inputs}
 
 
 def after(program, **options) -> str:  # noqa: ANN001
@@ -104,7 +91,7 @@ def test_strides_and_kernel_shapes(s, t, R, Q):
     f = tcc.compile(g, passes=SMALL)
     assert "dw_im2col" in str(f.loops)
     args = args_for(g, seed=s * 10 + t)
-    np.testing.assert_allclose(f(**args)["dw"], tcc.run(g, args)["dw"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dw")
 
 
 def test_symbolic_batch_including_an_empty_one():
@@ -158,7 +145,7 @@ def test_a_dilated_forward_convolution_is_taken():
     f = tcc.compile(src)
     assert "extern contract(y_im2col[" in str(f.loops)
     args = args_for(src)
-    np.testing.assert_allclose(f(**args)["y"], tcc.run(src, args)["y"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, src, args, "y")
 
 
 def test_the_gpu_pipeline_keeps_the_loop_nest():
@@ -166,7 +153,7 @@ def test_the_gpu_pipeline_keeps_the_loop_nest():
     g = weight_gradient(conv())
     f = tcc.compile(g, target="cuda-sim")
     args = args_for(g)
-    np.testing.assert_allclose(f(**args)["dw"], tcc.run(g, args)["dw"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dw")
 
 
 def test_cuda_sim_runs_the_copy_as_loops():
@@ -174,7 +161,7 @@ def test_cuda_sim_runs_the_copy_as_loops():
     f = tcc.compile(g, target="cuda-sim", passes=DEFAULT_GPU_PIPELINE.replace(
         "contract-order,", "contract-order,im2col{min-dim=1 copy-cost=1},"))
     args = args_for(g)
-    np.testing.assert_allclose(f(**args)["dw"], tcc.run(g, args)["dw"], rtol=1e-12, atol=1e-11)
+    assert_agrees(f, g, args, "dw")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
