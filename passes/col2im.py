@@ -122,8 +122,8 @@ def _match(d: Definition) -> tuple[list[Sum], list[Access], list[list[str | None
     frees, zs = [w.free for w in windows], [w.var for w in windows]
     if any(len(set(n)) != len(n) for n in names) or len(set(frees)) != len(frees) or len(set(zs)) != len(zs):
         return None
-    if set(frees) & set(names[0] + names[1]):
-        return None
+    if set(frees) & set(names[0] + names[1]) or not set(names[0] + names[1]) <= out | summed:
+        return None  # (a size as an index, w[n, ...], is no variable: it cannot index dx_col)
     contracted = set(names[0]) & set(names[1])
     if not contracted or not contracted <= summed or summed != contracted | set(zs):
         return None  # a shared index that is not summed is a batch: not planned for

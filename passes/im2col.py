@@ -49,11 +49,21 @@ benchmark's shapes): the copy costs what the GEMM saves.
 
 **Cost model.**  The copy writes ``size(<D>_im2col)`` elements for
 ``W`` (the product of all extents) multiply-adds, a share of ``1 / N_O``
-with ``N_O`` the product of ``O``'s free extents -- so, as ``blas`` weighs
-its transposing copies, the pass rewrites when ``N_O >= copy-cost`` (8)
-and the GEMM's three dimensions are each at least ``min-dim`` (16).  Size
-names count as ``symbolic-size`` (1000).  The pass is in the CPU pipeline
-after ``col2im`` and before ``blas``; the GPU pipeline keeps the loop nest.
+with ``N_O`` the product of ``O``'s free extents that ``X`` lacks (an index
+in both reads, the channel of a depthwise convolution, is a batch: each
+copied element is then used ``N_O`` times).  As ``blas`` weighs its
+transposing copies, the pass rewrites when ``N_O >= copy-cost`` (8), when
+the GEMM's three dimensions (the copy's free extent without the batch, the
+summed extent, ``N_O``) are each at least ``min-dim`` (16), and when the
+copy holds at most ``max-growth`` (8) times as many elements as the result
+and the two reads together (a dilated 1-D convolution with 64 taps would
+copy 1 GB for 19 MB of data).  Size names count as ``symbolic-size``
+(1000).  An index that is a size (``X[n, ...]``) is no variable and is
+refused; ``O``'s free axes must be the result's (``blas`` contracts only
+reads that cover their tensor), and the copy spans what the result reads
+of ``X`` (the result's extents), not all of ``X``.  The pass is in the CPU
+pipeline after ``col2im`` and before ``blas``; the GPU pipeline keeps the
+loop nest.
 """
 from __future__ import annotations
 
@@ -76,11 +86,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_MIN_DIM = 16
 #: multiply-adds worth one element copied (``blas``'s ``copy-cost``)
 DEFAULT_COPY_COST = 8.0
+#: the copy's size at most this many times the result's and the reads' together
+DEFAULT_MAX_GROWTH = 8.0
 #: a size name's stand-in for the cost model (as in ``contract-order`` and ``col2im``)
 DEFAULT_SYMBOLIC_SIZE = 1000
 
 
-def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy_cost: float,
+def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy_cost: float, max_growth: float,
             symbolic_size: int) -> list[Definition]:
     """``d`` as ``[<d>_im2col, d]`` (see the module docstring), or ``[d]``."""
     found = product_of_two_reads(d.body, d.indices)
@@ -100,31 +112,42 @@ def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy
     names = [n for n in px if n is not None]
     frees, zs = [w.free for w in windows], [w.var for w in windows]  # type: ignore[union-attr]
     if (len(set(names)) != len(names) or len(set(frees)) != len(frees) or len(set(zs)) != len(zs)
-            or set(frees) & (set(names) | set(po)) or set(zs) & set(names) or not set(zs) <= set(po)):
+            or set(frees) & (set(names) | set(po)) or set(zs) & set(names) or not set(zs) <= set(po)
+            or not set(names) | set(po) <= out | summed):  # a size as an index (X[n, ...]) is no variable
         return [d]
     ex, eo = program.extents_of(x.tensor), program.extents_of(o.tensor)
     if ex is None or eo is None:
         return [d]
-    ext_o = dict(zip(po, eo))
+    out_ext, ext_o = dict(zip(d.indices, d.extents)), dict(zip(po, eo))
+    if any(ext_o[n] != out_ext[n] for n in po if n in out):
+        return [d]  # blas contracts only reads that cover their whole tensor
     zero = Affine.constant(0)
     for s in sums:
         if (s.lo != (zero,) or len(s.hi) != 1 or not of_sizes(s.hi[0], set(program.sizes()))
                 or s.var not in ext_o or s.hi[0] != ext_o[s.var] - 1):
             return [d]
-    out_ext = dict(zip(d.indices, d.extents))
     by_axis = {w.axis: w.free for w in windows}  # type: ignore[union-attr]
     head = [by_axis.get(k, n) for k, n in enumerate(px) if n not in summed]
-    head_ext = [out_ext[by_axis[k]] if k in by_axis else ex[k] for k, n in enumerate(px) if n not in summed]
+    head_ext = [out_ext[n] for n in head]  # the copy spans what the result reads of X, not all of X
     tail = [n for n in po if n in summed]
+    shared = set(head) & set(po)  # a batch (groups of a grouped convolution): not a GEMM dimension
     sizes = dict.fromkeys(program.sizes(), symbolic_size)
 
     def num(es: list[Affine]) -> int:
         return math.prod(max(int(e.evaluate(sizes)), 0) for e in es)
 
-    m, k_, n_o = num(head_ext), num([ext_o[z] for z in tail]), num([e for n, e in zip(po, eo) if n not in summed])
+    m = num([e for n, e in zip(head, head_ext) if n not in shared])
+    k_ = num([ext_o[z] for z in tail])
+    n_o = num([e for n, e in zip(po, eo) if n not in summed and n not in shared])
     if min(m, k_, n_o) < min_dim or n_o < copy_cost:
         logger.debug("%s: the GEMM %d x %d x %d is below min-dim %d, or the copy's share 1/%d above 1/copy-cost",
                      d.name, m, k_, n_o, min_dim, n_o)
+        return [d]
+    copied = num(head_ext) * k_
+    data = num(list(d.extents)) + num(list(ex)) + num(list(eo))
+    if copied > max_growth * data:
+        logger.debug("%s: the copy's %d elements exceed max-growth %g times the %d of the result and the reads",
+                     d.name, copied, max_growth, data)
         return [d]
     name = fresh_name(f"{d.name}_im2col", taken)
     taken.add(name)
@@ -142,9 +165,10 @@ def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy
 
 
 def im2col_program(program: Program, min_dim: int = DEFAULT_MIN_DIM, copy_cost: float = DEFAULT_COPY_COST,
-                   symbolic_size: int = DEFAULT_SYMBOLIC_SIZE) -> Program:
+                   max_growth: float = DEFAULT_MAX_GROWTH, symbolic_size: int = DEFAULT_SYMBOLIC_SIZE) -> Program:
     taken = program.names_in_use()
-    return program.expand_definitions(lambda d: rewrite(d, program, taken, min_dim, copy_cost, symbolic_size))
+    return program.expand_definitions(
+        lambda d: rewrite(d, program, taken, min_dim, copy_cost, max_growth, symbolic_size))
 
 
 @dataclass(frozen=True)
@@ -160,8 +184,10 @@ class Im2col(Pass):
     min_dim: int = DEFAULT_MIN_DIM
     # multiply-adds worth one element copied: the other read's free extent must be at least this
     copy_cost: float = DEFAULT_COPY_COST
+    # the copy's size at most this many times that of the result and the two reads together
+    max_growth: float = DEFAULT_MAX_GROWTH
     # the value assumed for every size name in the cost model
     symbolic_size: int = DEFAULT_SYMBOLIC_SIZE
 
     def run(self, program: Program, ctx: PassContext) -> Program:
-        return im2col_program(program, self.min_dim, self.copy_cost, self.symbolic_size)
+        return im2col_program(program, self.min_dim, self.copy_cost, self.max_growth, self.symbolic_size)

@@ -199,6 +199,12 @@ def test_a_dilated_forward_convolution_stays():
     assert "local y_col[8, 64, 64, 32, 3, 3]" in after(tcc.parse(src), max_waste=20)
 
 
+def test_a_size_read_as_an_index_stays():
+    src = ("input dy[4, 32, 20], w[n + 1, 32, 16, 3]\noutput dx[4, 16, 40]\n"
+           "dx[b, c, u] = sum[z: max(0, (u - 1) // 2)..min(19, u // 2), o: 0..31](dy[b, o, z] * w[n, o, c, u - 2*z])\n")
+    assert "_col" not in after(tcc.parse(src), min_dim=1)
+
+
 def test_a_batch_index_in_both_reads_stays():
     src = ("input dy[4, 32, 20], w[4, 32, 16, 3]\noutput dx[4, 16, 40]\n"
            "dx[b, c, u] = sum[z: max(0, (u - 1) // 2)..min(19, u // 2), o: 0..31](dy[b, o, z] * w[b, o, c, u - 2*z])\n")
