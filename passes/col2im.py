@@ -34,7 +34,8 @@ product of two reads where
 * the variables plain in both reads are the *contracted* ones, at least one,
   all summed, each over the whole extent both reads give it, ``0..N - 1``;
   the windows' sums do not depend on them; a variable in both reads that is
-  not summed (a batch) is not planned for.
+  not summed (a batch) is not planned for, nor a read at a size
+  (``w[n, ...]``: no variable, it cannot index ``dx_col``).
 
 ``dx_col``'s indices are the two reads' without the contracted ones, each
 window replaced by a fresh index over its read's extent on that axis; the
