@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .expr import Access, Binary, Expr, Sum
 from .index import Affine
 
-__all__ = ["Window", "plain_name", "product_of_two_reads", "window"]
+__all__ = ["Window", "plain_name", "product_of_two_reads", "window", "windowed_reads"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,28 @@ def product_of_two_reads(body: Expr, out: tuple[str, ...]) -> tuple[list[Sum], l
     if len(summed) != len(sums) or summed & set(out):
         return None
     return sums, reads  # type: ignore[return-value]
+
+
+def windowed_reads(reads: list[Access], out: set[str],
+                   summed: set[str]) -> tuple[list[list[str | None]], list[Window]] | None:
+    """Each read's indices as plain variable names (``None`` at a window), and the windows -- or ``None``
+    when an index is neither, a read repeats a variable, two windows share their ``f`` or their ``z``, a
+    window's ``f`` is also read plainly, or a plain index is no variable of the sum (a size: ``w[n, ...]``,
+    which cannot index an intermediate)."""
+    plain = [[plain_name(ix) for ix in f.indices] for f in reads]
+    windows = []
+    for r, f in enumerate(reads):
+        for k, (ix, x) in enumerate(zip(f.indices, plain[r])):
+            if x is None:
+                w = window(ix, r, k, out, summed)
+                if w is None:
+                    return None
+                windows.append(w)
+    names = [[x for x in p if x is not None] for p in plain]
+    frees, zs = [w.free for w in windows], [w.var for w in windows]
+    if any(len(set(n)) != len(n) for n in names) or len(set(frees)) != len(frees) or len(set(zs)) != len(zs):
+        return None
+    everything = set(names[0] + names[1])
+    if set(frees) & everything or not everything <= out | summed:
+        return None
+    return plain, windows

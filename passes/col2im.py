@@ -86,7 +86,7 @@ from tcc.ir.expr import Access, Binary, Expr, Sum
 from tcc.ir.fresh_names import fresh_name
 from tcc.ir.index import Affine
 from tcc.ir.program import Definition, Program
-from tcc.ir.strided_window import Window, plain_name, product_of_two_reads, window
+from tcc.ir.strided_window import Window, product_of_two_reads, windowed_reads
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 __all__ = ["Col2im", "col2im_program"]
@@ -108,23 +108,14 @@ def _match(d: Definition) -> tuple[list[Sum], list[Access], list[list[str | None
         return None
     sums, reads = found
     out, summed = set(d.indices), {s.var for s in sums}
-    plain = [[plain_name(ix) for ix in f.indices] for f in reads]
-    windows = []
-    for r, f in enumerate(reads):
-        for k, (ix, x) in enumerate(zip(f.indices, plain[r])):
-            if x is None:
-                w = window(ix, r, k, out, summed)
-                if w is None:
-                    return None
-                windows.append(w)
+    found_windows = windowed_reads(reads, out, summed)
+    if found_windows is None:
+        return None
+    plain, windows = found_windows
     if not windows or max(abs(w.coef) for w in windows) < 2:
         return None  # stride-1 windows alone are blas's (shifted GEMMs, no intermediate)
     names = [[x for x in p if x is not None] for p in plain]
-    frees, zs = [w.free for w in windows], [w.var for w in windows]
-    if any(len(set(n)) != len(n) for n in names) or len(set(frees)) != len(frees) or len(set(zs)) != len(zs):
-        return None
-    if set(frees) & set(names[0] + names[1]) or not set(names[0] + names[1]) <= out | summed:
-        return None  # (a size as an index, w[n, ...], is no variable: it cannot index dx_col)
+    zs = [w.var for w in windows]
     contracted = set(names[0]) & set(names[1])
     if not contracted or not contracted <= summed or summed != contracted | set(zs):
         return None  # a shared index that is not summed is a batch: not planned for

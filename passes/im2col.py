@@ -75,7 +75,7 @@ from tcc.ir.expr import Access, Binary, Expr, Sum
 from tcc.ir.fresh_names import fresh_name
 from tcc.ir.index import Affine, of_sizes
 from tcc.ir.program import Definition, Program
-from tcc.ir.strided_window import plain_name, product_of_two_reads, window
+from tcc.ir.strided_window import product_of_two_reads, windowed_reads
 from tcc.passes.pass_base import Level, Pass, PassContext
 
 __all__ = ["Im2col", "im2col_program"]
@@ -100,20 +100,16 @@ def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy
         return [d]
     sums, reads = found
     out, summed = set(d.indices), {s.var for s in sums}
-    plain = [[plain_name(ix) for ix in f.indices] for f in reads]
-    if all(x is not None for x in plain[0]):
-        reads, plain = reads[::-1], plain[::-1]
-    (x, o), (px, po) = reads, plain
-    if any(n is None for n in po) or len(set(po)) != len(po):
+    found_windows = windowed_reads(reads, out, summed)
+    if found_windows is None:
         return [d]
-    windows = [window(ix, 0, k, out, summed) for k, (ix, n) in enumerate(zip(x.indices, px)) if n is None]
-    if not windows or any(w is None for w in windows) or max(abs(w.coef) for w in windows) < 2:  # type: ignore[union-attr]
-        return [d]
-    names = [n for n in px if n is not None]
-    frees, zs = [w.free for w in windows], [w.var for w in windows]  # type: ignore[union-attr]
-    if (len(set(names)) != len(names) or len(set(frees)) != len(frees) or len(set(zs)) != len(zs)
-            or set(frees) & (set(names) | set(po)) or set(zs) & set(names) or not set(zs) <= set(po)
-            or not set(names) | set(po) <= out | summed):  # a size as an index (X[n, ...]) is no variable
+    plain, windows = found_windows
+    if len({w.read for w in windows}) != 1 or max(abs(w.coef) for w in windows) < 2:
+        return [d]  # windows in one read only, at least one of stride 2 or more (stride 1 is blas's)
+    r = windows[0].read
+    (x, o), (px, po) = (reads[r], reads[1 - r]), (plain[r], plain[1 - r])
+    zs = {w.var for w in windows}
+    if zs & set(px) or not zs <= set(po):
         return [d]
     ex, eo = program.extents_of(x.tensor), program.extents_of(o.tensor)
     if ex is None or eo is None:
@@ -126,7 +122,7 @@ def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy
         if (s.lo != (zero,) or len(s.hi) != 1 or not of_sizes(s.hi[0], set(program.sizes()))
                 or s.var not in ext_o or s.hi[0] != ext_o[s.var] - 1):
             return [d]
-    by_axis = {w.axis: w.free for w in windows}  # type: ignore[union-attr]
+    by_axis = {w.axis: w.free for w in windows}
     head = [by_axis.get(k, n) for k, n in enumerate(px) if n not in summed]
     head_ext = [out_ext[n] for n in head]  # the copy spans what the result reads of X, not all of X
     tail = [n for n in po if n in summed]
