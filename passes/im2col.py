@@ -73,7 +73,7 @@ from dataclasses import dataclass
 
 from tcc.ir.expr import Access, Binary, Expr, Sum
 from tcc.ir.fresh_names import fresh_name
-from tcc.ir.index import Affine, of_sizes
+from tcc.ir.index import Affine
 from tcc.ir.program import Definition, Program
 from tcc.ir.strided_window import product_of_two_reads, windowed_reads
 from tcc.passes.pass_base import Level, Pass, PassContext
@@ -119,8 +119,7 @@ def rewrite(d: Definition, program: Program, taken: set[str], min_dim: int, copy
         return [d]  # blas contracts only reads that cover their whole tensor
     zero = Affine.constant(0)
     for s in sums:
-        if (s.lo != (zero,) or len(s.hi) != 1 or not of_sizes(s.hi[0], set(program.sizes()))
-                or s.var not in ext_o or s.hi[0] != ext_o[s.var] - 1):
+        if s.var not in ext_o or s.lo != (zero,) or s.hi != (ext_o[s.var] - 1,):  # O's whole axis (over sizes)
             return [d]
     by_axis = {w.axis: w.free for w in windows}
     head = [by_axis.get(k, n) for k, n in enumerate(px) if n not in summed]
