@@ -464,8 +464,9 @@ def substitute_stmts(
             out.append(Let(scalars.get(s.name, s.name), expr(s.value)))
         elif isinstance(s, Local):
             out.append(Local(scalars.get(s.name, s.name), expr(s.init)))
-        elif isinstance(s, Store):
-            out.append(Store(s.buffer, aff(s.indices), expr(s.value)))
+        elif isinstance(s, Store):  # ``acc = max(acc, ..)`` stores a local: renamed like an accumulate's target
+            buffer = scalars.get(s.buffer, s.buffer) if not s.indices else s.buffer
+            out.append(Store(buffer, aff(s.indices), expr(s.value)))
         elif isinstance(s, Accumulate):
             target = scalars.get(s.target, s.target) if not s.indices else s.target
             out.append(Accumulate(target, aff(s.indices), expr(s.value)))
