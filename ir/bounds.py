@@ -15,7 +15,7 @@ from .diagnostics import TccError
 from .expr import RANGED, Access, CSum, Expr, Sum, Where
 from .index import Affine, Compare, Lookup, format_affine, lookups, negate
 from .index_range import cond_affines
-from .polyhedra import Facts, definition_facts, expression_range
+from .polyhedra import Facts, definition_facts, expression_range, integer_range
 from .program import Definition, Program
 
 
@@ -106,14 +106,36 @@ def prove_in_bounds(program: Program, d: Definition, sizes: Sequence[str]) -> No
 
 
 def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError:  # noqa: ANN001
+    """The error for an access not proved in bounds, with the range its index takes.
+
+    The range printed must explain the refusal: a constant range is the one
+    really reached (the integer minimum and maximum, not Fourier–Motzkin's
+    real bounds, which ``//`` and ``%`` make unreachable), said as "may range
+    over" where left-out conditions (``or``, ``!=``) make it a superset; a
+    range that would lie inside the extent is not printed at all.
+    """
     acc = use.access
     rng = expression_range(facts, ix, list(sizes))
     where = f"dimension {dim + 1} of '{acc.tensor}'" if len(acc.indices) > 1 else f"'{acc.tensor}'"
+    span_verb = "ranges over"
+    if rng is not None and rng[0] and rng[1]:
+        reached = facts.exact
+        if all(a.is_constant for a in rng[0] + rng[1]):
+            lo_c, hi_c = max(a.const for a in rng[0]), min(a.const for a in rng[1])
+            exact = integer_range(facts, ix, lo_c, hi_c) if lo_c <= hi_c else None
+            if exact is None:
+                reached = False
+            else:
+                rng = ([Affine.constant(exact[0])], [Affine.constant(exact[1])])
+        if not reached:
+            span_verb = "may range over"
+        if _inside(facts, rng, ext):
+            rng = None
     if rng is not None and rng[0] and rng[1]:
         lo = _bound_text(rng[0], "max")
         hi = _bound_text(rng[1], "min")
-        span = f"{format_affine(ix)} ranges over {lo}..{hi}"
-        concrete = all(a.is_constant for a in rng[0] + rng[1]) and ext.is_constant
+        span = f"{format_affine(ix)} {span_verb} {lo}..{hi}"
+        concrete = all(a.is_constant for a in rng[0] + rng[1]) and ext.is_constant and span_verb == "ranges over"
         verb = "is out of bounds" if concrete else "may be out of bounds"
         msg = f"access {acc} {verb}: {span}, but {where} has extent {format_affine(ext)}{_assume_hint(rng, ext, sizes)}"
     else:
@@ -122,6 +144,14 @@ def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError
     if use.scopes and program.source is not None:  # of identical accesses, the one in this occurrence's sum
         loc = program.source.loc_within(use.lookup or acc, use.scopes[-1]) or loc
     return TccError(msg, loc or d.loc, program.source)
+
+
+def _inside(facts: Facts, rng: tuple, ext: Affine) -> bool:
+    """Whether one lower bound is proved >= 0 and one upper bound proved < ``ext``:
+    such a range would contradict the refusal it is meant to explain."""
+    lo_ok = any(facts.implies(Compare(">=", a, Affine.constant(0))) for a in rng[0])
+    hi_ok = any(facts.implies(Compare("<=", a, ext - 1)) for a in rng[1])
+    return lo_ok and hi_ok
 
 
 def _assume_hint(rng: tuple, ext: Affine, sizes: Sequence[str]) -> str:

@@ -33,6 +33,8 @@ __all__ = [
     "eliminate",
     "enumerate_points",
     "bound_value",
+    "integer_feasible",
+    "OMEGA_BUDGET",
 ]
 
 MAX_ROWS = 5000
@@ -330,3 +332,200 @@ def enumerate_points(
 
     loop(nvars - 1)
     return out
+
+
+# ------------------------------------------------------- integer (Omega) --
+#
+# Fourier-Motzkin over the rationals (``eliminate``) projects a polyhedron's
+# *real* points: ``2q <= o <= 3, c <= 1, c + 2q >= 4`` has the real point
+# q = 3/2 but no integer one, so a prover built on it alone refuses in-bounds
+# accesses such as ``x[2*(o // 2) + c]``.  Pugh's Omega test decides integer
+# feasibility exactly: equalities are solved over the integers (a unit
+# coefficient is substituted; otherwise a "mod hat" substitution shrinks the
+# coefficients), an inequality variable is eliminated exactly when every
+# lower (or every upper) bound has coefficient 1, and otherwise the real
+# shadow (no real point: no integer point), the dark shadow (an integer point
+# of it lifts to one of the original) and, between the two, the "splinters"
+# (an integer point must lie near one lower bound) decide.
+
+#: A sparse integer row: ``sum(coeff * var) + const`` (``>= 0`` or ``== 0``).
+IntRow = tuple[dict, int]
+
+#: Work limit of one ``integer_feasible`` question (recursive calls); past it the answer is ``None``.
+OMEGA_BUDGET = 4000
+
+
+class _GiveUp(Exception):
+    """The Omega test exceeded its work budget: the question stays undecided."""
+
+
+def _content(coeffs: Mapping) -> int:
+    g = 0
+    for c in coeffs.values():
+        g = math.gcd(g, c)
+    return g
+
+
+def _mod_hat(a: int, m: int) -> int:
+    """``a`` reduced into ``(-m/2, m/2]``: Pugh's symmetric remainder."""
+    return a - m * ((2 * a + m) // (2 * m))
+
+
+def _substitute_row(row: IntRow, var: Hashable, by: IntRow) -> IntRow:
+    """``row`` with ``var`` replaced by the form ``by``."""
+    coeffs, k = row
+    a = coeffs.get(var)
+    if not a:
+        return row
+    out = {v: c for v, c in coeffs.items() if v != var}
+    for v, c in by[0].items():
+        s = out.get(v, 0) + a * c
+        if s:
+            out[v] = s
+        else:
+            out.pop(v, None)
+    return out, k + a * by[1]
+
+
+class _Omega:
+    """One integer-feasibility question: fresh-variable counter and work budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.fresh = 0
+
+    def _tick(self) -> None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _GiveUp
+
+    def feasible(self, eqs: list[IntRow], ineqs: list[IntRow]) -> bool:
+        """Whether some integer point satisfies every equality and inequality."""
+        self._tick()
+        while True:
+            live: list[IntRow] = []
+            for coeffs, k in eqs:
+                g = _content(coeffs)
+                if g == 0:
+                    if k != 0:
+                        return False
+                    continue
+                if k % g:
+                    return False  # no integer point on  g * (...) = -k
+                live.append(({v: c // g for v, c in coeffs.items()}, k // g))
+            if not live:
+                return self._inequalities(ineqs)
+            # the equality and variable with the smallest coefficient
+            i, var = min(((i, v) for i, (c, _) in enumerate(live) for v in c),
+                         key=lambda iv: (abs(live[iv[0]][0][iv[1]]), iv[0], str(iv[1])))
+            coeffs, k = live[i]
+            a = coeffs[var]
+            if abs(a) == 1:  # var = -a * (rest + k)
+                by = ({v: -a * c for v, c in coeffs.items() if v != var}, -a * k)
+                rest = live[:i] + live[i + 1:]
+            else:  # var = sign(a) * (-m*sigma + sum(mod_hat(c) x) + mod_hat(k)), sigma a new integer
+                m = abs(a) + 1
+                sign = 1 if a > 0 else -1
+                self.fresh += 1
+                sigma = ("%sigma", self.fresh)
+                form = {v: sign * _mod_hat(c, m) for v, c in coeffs.items() if v != var}
+                form[sigma] = -sign * m
+                by = ({v: c for v, c in form.items() if c}, sign * _mod_hat(k, m))
+                rest = live  # the equality itself shrinks under the substitution
+            eqs = [_substitute_row(r, var, by) for r in rest]
+            ineqs = [_substitute_row(r, var, by) for r in ineqs]
+
+    def _inequalities(self, ineqs: list[IntRow]) -> bool:
+        rows: dict[frozenset, tuple[dict, int]] = {}
+        for coeffs, k in ineqs:
+            g = _content(coeffs)
+            if g == 0:
+                if k < 0:
+                    return False
+                continue
+            norm = {v: c // g for v, c in coeffs.items()}
+            k //= g  # integer tightening: g*y >= -k  <=>  y >= ceil(-k/g)
+            key = frozenset(norm.items())
+            old = rows.get(key)
+            if old is None or k < old[1]:
+                rows[key] = (norm, k)
+        # a pair f + k1 >= 0, -f + k2 >= 0 pins f: contradiction or an equality
+        for key, (coeffs, k) in rows.items():
+            neg = frozenset((v, -c) for v, c in coeffs.items())
+            other = rows.get(neg)
+            if other is None:
+                continue
+            if k + other[1] < 0:
+                return False
+            if k + other[1] == 0:
+                rest = [r for kk, r in rows.items() if kk not in (key, neg)]
+                return self.feasible([(coeffs, k)], rest)
+        live = list(rows.values())
+        while True:  # a variable bounded on one side only can always be chosen
+            pos: set = set()
+            neg_: set = set()
+            for coeffs, _ in live:
+                for v, c in coeffs.items():
+                    (pos if c > 0 else neg_).add(v)
+            free = pos ^ neg_
+            if not free:
+                break
+            live = [r for r in live if not free & set(r[0])]
+        if not live:
+            return True
+
+        def choice(v: Hashable) -> tuple:
+            lows = [r[0][v] for r in live if r[0].get(v, 0) > 0]
+            ups = [-r[0][v] for r in live if r[0].get(v, 0) < 0]
+            exact = all(a == 1 for a in lows) or all(b == 1 for b in ups)
+            return (not exact, len(lows) * len(ups) - len(lows) - len(ups), str(v))
+
+        var = min(pos, key=choice)
+        lower = [r for r in live if r[0].get(var, 0) > 0]
+        upper = [r for r in live if r[0].get(var, 0) < 0]
+        others = [r for r in live if not r[0].get(var, 0)]
+        if len(others) + len(lower) * len(upper) > MAX_ROWS:
+            raise _GiveUp
+
+        def shadow(dark: bool) -> list[IntRow]:
+            out = list(others)
+            for lc, lk in lower:
+                a = lc[var]
+                for uc, uk in upper:
+                    b = -uc[var]
+                    coeffs = {}
+                    for v in set(lc) | set(uc):
+                        if v != var:
+                            s = b * lc.get(v, 0) + a * uc.get(v, 0)
+                            if s:
+                                coeffs[v] = s
+                    out.append((coeffs, b * lk + a * uk - ((a - 1) * (b - 1) if dark else 0)))
+            return out
+
+        if not choice(var)[0]:
+            return self._inequalities(shadow(False))  # exact projection
+        if not self._inequalities(shadow(False)):
+            return False  # not even a real point
+        if self._inequalities(shadow(True)):
+            return True
+        amax = max(-uc[var] for uc, _ in upper)
+        for lc, lk in lower:  # an integer point lies within a bounded distance of some lower bound
+            a = lc[var]
+            for gap in range((amax * a - a - amax) // amax + 1):
+                if self.feasible([(lc, lk - gap)], live):
+                    return True
+        return False
+
+
+def integer_feasible(equalities: Iterable[IntRow], inequalities: Iterable[IntRow],
+                     budget: int = OMEGA_BUDGET) -> bool | None:
+    """Whether an integer point satisfies ``f == 0`` for every equality and
+    ``f >= 0`` for every inequality (rows as ``({var: coeff}, const)``).
+
+    Exact (the Omega test), or ``None`` when the work budget ran out.
+    """
+    try:
+        return _Omega(budget).feasible([(dict(c), int(k)) for c, k in equalities],
+                                       [(dict(c), int(k)) for c, k in inequalities])
+    except _GiveUp:
+        return None

@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
-from .fourier_motzkin import Constraint, eliminate
+from .fourier_motzkin import Constraint, IntRow, eliminate, integer_feasible
 from .index import Affine, And, Atom, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or, conjuncts
 from .linear import Linear
 
@@ -197,7 +197,31 @@ def _implicit_equalities(rows: list[Row]) -> list[Row]:
     return out
 
 
+def integer_rows(rows: Iterable[Row]) -> tuple[list[IntRow], list[IntRow]]:
+    """Rows scaled to integer coefficients, as (equalities, inequalities) for the Omega test."""
+    eqs: list[IntRow] = []
+    ineqs: list[IntRow] = []
+    for form, kind in rows:
+        m = _common_denominator([c for _, c in form.terms] + [form.const])
+        row = ({s: int(c * m) for s, c in form.terms}, int(form.const * m))
+        (eqs if kind == "==" else ineqs).append(row)
+    return eqs, ineqs
+
+
 def _infeasible(rows: list[Row]) -> bool:
+    """Rational Fourier–Motzkin first (cheap, and most proofs need nothing more);
+    where it finds a real point, the Omega test asks whether an integer one exists.
+
+    The second step is what makes ``//`` and ``%`` exact: their quotients are
+    integers, and ``2q <= o <= 3, c <= 1, c + 2q >= 4`` has the real point
+    ``q = 3/2`` but no integer one.
+    """
+    if _rational_infeasible(rows):
+        return True
+    return integer_feasible(*integer_rows(rows)) is False
+
+
+def _rational_infeasible(rows: list[Row]) -> bool:
     reduced = _substitute_equalities(_implicit_equalities(rows))
     if reduced is None:
         return True
@@ -243,9 +267,12 @@ def _infeasible(rows: list[Row]) -> bool:
 class Facts:
     """What holds at a program point; answers entailment questions soundly."""
 
-    def __init__(self, rows: Sequence[Row] = (), atoms: AtomTable | None = None) -> None:
+    def __init__(self, rows: Sequence[Row] = (), atoms: AtomTable | None = None, exact: bool = True) -> None:
         self.atoms = atoms if atoms is not None else AtomTable()
         self.rows: tuple[Row, ...] = tuple(rows)
+        #: False once a non-convex condition (``or``, ``!=``) was left out: the rows
+        #: then describe a superset of the points, and a range over them is only "may".
+        self.exact = exact
         self._box: dict | None = None
 
     def _intervals(self) -> dict:
@@ -310,13 +337,16 @@ class Facts:
 
     # -- building -------------------------------------------------------
     def with_rows(self, rows: Iterable[Row]) -> "Facts":
-        return Facts(self.rows + tuple(rows), self.atoms)
+        return Facts(self.rows + tuple(rows), self.atoms, self.exact)
 
     def with_cond(self, cond: Cond | None) -> "Facts":
         if cond is None:
             return self
-        rows, _ = split_convex(cond, self.atoms)
-        return self.with_rows(rows) if rows else self
+        rows, rest = split_convex(cond, self.atoms)
+        out = self.with_rows(rows) if rows else self
+        if rest and out.exact:
+            out = Facts(out.rows, out.atoms, exact=False)
+        return out
 
     def with_range(self, var: str, lo: Sequence[Affine], hi: Sequence[Affine]) -> "Facts":
         v = Linear.symbol(var)
@@ -455,6 +485,36 @@ def expression_range(facts: Facts, expr: Affine, parameters: Sequence[str]) -> t
     lo = [bound_affine(facts.atoms, b.rhs, b.coeffs, variables, b.divisor, upper=False) for b in vb.lower]
     hi = [bound_affine(facts.atoms, b.rhs, b.coeffs, variables, b.divisor, upper=True) for b in vb.upper]
     return lo, hi
+
+
+def integer_range(facts: Facts, expr: Affine, lo: int, hi: int) -> tuple[int, int] | None:
+    """The least and greatest integer value of ``expr`` over the facts' integer points,
+    given sound constant bounds ``lo <= expr <= hi`` (from :func:`expression_range`).
+
+    Fourier–Motzkin's bounds are those of the *real* points and may not be
+    reached (``2*(o // 2) + c`` with ``o`` in 0..3 and ``c`` in 0..1 has the
+    real bound 4 but the integer maximum 3); a binary search with the exact
+    integer test finds the values really taken.  None when the facts have no
+    integer point or the integer test gave up.
+    """
+    linear = facts.atoms.linear(expr)
+
+    def reaches(row: Linear) -> bool | None:
+        return integer_feasible(*integer_rows(facts._all_rows([(row, ">=")])))
+
+    if reaches(linear - lo) is not True:  # the facts themselves: no point (or undecided)
+        return None
+    out = []
+    for sign, a, b in ((1, lo, hi), (-1, -hi, -lo)):  # max of expr, then max of -expr
+        # invariant: sign*expr >= a is reached, sign*expr >= b + 1 is not
+        while a < b:
+            mid = (a + b + 1) // 2
+            got = reaches(linear * sign - mid)
+            if got is None:
+                return None
+            a, b = (mid, b) if got else (a, mid - 1)
+        out.append(sign * a)
+    return out[1], out[0]
 
 
 def bound_affine(atoms: AtomTable, rhs: Linear, coeffs: Sequence[int], variables: Sequence[str], divisor: int, upper: bool) -> Affine:

@@ -677,12 +677,10 @@ def test_first_and_second_derivatives_in_the_simulator(name):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="infer-ranges cannot prove the bound 2*((a + 1) // 2) <= 2 that tcc.grad writes")
 def test_gradient_of_a_floor_window_passes_its_own_bounds_check():
     # tcc.grad simplifies the adjoint's range for this small extent to
-    # dy_0..2*((dy_0 + 1) // 2), which is within 0..2, but the prover treats the
-    # `//` loosely and rejects it ("dy_z0 ranges over 0..2, but 'df' has extent 3"),
-    # so the derivative cannot be compiled or checked on any target.
+    # dy_0..2*((dy_0 + 1) // 2), which is within 0..2: the prover must treat the
+    # quotient as an integer (a rational one reaches 3) to accept it.
     src = "input y[3]\noutput f[3]\nf[i] = tanh(sum[k: ((i + 1) // 2)..i](y[i] + y[k]))\n"
     g = tcc.grad(tcc.parse(src), of="f", wrt=["y"])
     assert_matches_interpreter(g, target="cuda-sim")
