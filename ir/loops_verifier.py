@@ -85,12 +85,22 @@ from .loops import (
 from .loop_analysis import constant_trips, residue_separates, strides_with
 from .diagnostics import Loc, SourceMap
 
-__all__ = ["verify_loops"]
+__all__ = ["check_loop_bounds", "verify_loops"]
 
 
-def verify_loops(program: LoopProgram) -> None:
-    """Raise :class:`TccError` naming the first ill-formed part of ``program``."""
+def verify_loops(program: LoopProgram, bounds: bool = False) -> None:
+    """Raise :class:`TccError` naming the first ill-formed part of ``program``; with ``bounds``,
+    also the first buffer access not proved in bounds (:func:`check_loop_bounds`).
+
+    Bounds are asked for where a pass made the program (``--verify-each``, a
+    plug-in pass's result: :mod:`tcc.instruments`).  Without them this is the
+    structural check of a program as written, which needs no proof: a
+    hand-written ``.loops`` file may index by facts L2 does not state (L1's
+    ``assume`` lines are not carried down).
+    """
     _Verifier(program).run()
+    if bounds:
+        check_loop_bounds(program)
 
 
 def _ref(name: str, indices: tuple[Affine, ...]) -> str:
@@ -494,3 +504,115 @@ def _same_strip(ix: Affine, first: Affine, var: str, accesses: list, p: int) -> 
 def _separates(ix: Affine, var: str, inner: frozenset[str]) -> bool:
     """``ix`` is ``c*var + rest`` with ``c != 0`` and ``rest`` free of ``var`` and of ``inner``."""
     return strides_with(ix, var) and not (set(ix.names()) - {var}) & inner
+
+
+# ---------------------------------------------------------------------------
+# Bounds
+# ---------------------------------------------------------------------------
+
+
+def check_loop_bounds(program: LoopProgram) -> None:
+    """Prove every buffer access of ``program`` within its buffer's extents; raise a located
+    :class:`TccError` for the first one not proved.
+
+    L2 is what ``lower-llvm`` compiles, and compiled code does not check an
+    index: a read past a buffer is garbage or a segfault, a write past it
+    heap corruption.  So an L2 pass (one of tcc's under ``--verify-each``, a
+    plug-in's by default) that moves an access out of bounds must be stopped
+    here.  The proof is the one the L1 verifier makes
+    (:mod:`tcc.ir.bounds`), over the facts of the access's position: sizes
+    are non-negative, each enclosing ``for v in max(lo...)..min(hi...)``
+    gives ``v >= lo`` and ``v <= hi`` for each bound, an enclosing ``if``
+    its condition (``else``: the negation), an enclosing ``where`` likewise
+    for its lazily evaluated branches, and an index buffer's entry lies in
+    its declared ``0..bound``.  Every index ``e`` of a read or a write
+    (loads, stores, ``+=``, and reads of index buffers inside indices, loop
+    bounds and conditions) must satisfy ``0 <= e <= extent - 1``.  Sound: a
+    "proved" is a Fourier-Motzkin proof over the integers, so an access that
+    can leave its buffer is never accepted (an access that cannot, but whose
+    safety needs more than these facts, is refused).  External kernels read
+    and write whole buffers of checked shapes and have no indices to check.
+
+    Call it on a program :func:`verify_loops` has checked otherwise (every
+    name declared, every rank right).
+    """
+    _BoundsChecker(program).run()
+
+
+class _NoSource:
+    """The program and definition :func:`tcc.ir.bounds.out_of_bounds_error` reads locations
+    from, for an L2 access: none (the L2 checker locates the statement itself)."""
+
+    source = None
+    loc = None
+
+    def loc_of(self, node: object) -> None:
+        return None
+
+
+class _BoundsChecker:
+    def __init__(self, program: LoopProgram) -> None:
+        from .polyhedra import program_facts
+
+        self.p = program
+        self.source = program.source if isinstance(program.source, SourceMap) else None
+        self.sizes = list(program.sizes)
+        self.shapes = {b.name: b.shape for b in program.buffers}
+        self.base = program_facts(self.sizes)
+        self.kernel: Kernel | None = None
+
+    def run(self) -> None:
+        for k in self.p.kernels:
+            if k.extern is not None:
+                continue
+            self.kernel = k
+            self.block(k.body, self.base)
+
+    def block(self, body: tuple[Stmt, ...], facts) -> None:  # noqa: ANN001 - a Facts
+        from tcc.ir.index import negate
+
+        for s in body:
+            if isinstance(s, For):
+                self.lookups(s.lo + s.hi, facts, s)
+                self.block(s.body, facts.with_range(s.var, s.lo, s.hi))
+            elif isinstance(s, If):
+                self.lookups(cond_affines(s.cond), facts, s)
+                self.block(s.then, facts.with_cond(s.cond))
+                self.block(s.orelse, facts.with_cond(negate(s.cond)))
+            elif isinstance(s, (Let, Local)):
+                self.expr(s.value if isinstance(s, Let) else s.init, facts, s)
+            elif isinstance(s, (Store, Accumulate)):
+                self.expr(s.value, facts, s)
+                name = s.buffer if isinstance(s, Store) else s.target
+                if s.indices and name in self.shapes:
+                    self.access(Access(name, s.indices), facts, s)
+                    self.lookups(s.indices, facts, s)
+
+    def expr(self, e: Expr, facts, stmt: Stmt) -> None:  # noqa: ANN001
+        from .bounds import facts_at, uses
+
+        for use in uses(e):  # every load, and every index-buffer read inside an index, with its where guards
+            if use.access.tensor in self.shapes and use.access.indices:
+                self.access(use.access, facts_at(facts, use), stmt)
+
+    def lookups(self, affines, facts, stmt: Stmt) -> None:  # noqa: ANN001
+        for a in affines:
+            for lk in lookups(a):
+                self.access(Access(lk.tensor, lk.indices), facts, stmt)
+
+    def access(self, acc: Access, facts, stmt: Stmt) -> None:  # noqa: ANN001
+        from .bounds import Use, out_of_bounds_error
+        from .index import Compare
+
+        shape = self.shapes[acc.tensor]
+        for dim, (ix, ext) in enumerate(zip(acc.indices, shape)):
+            if facts.implies(Compare(">=", ix, Affine.constant(0))) and facts.implies(Compare("<=", ix, ext - 1)):
+                continue
+            why = out_of_bounds_error(_NoSource(), _NoSource(), Use(acc, (), ()), dim, ix, ext, facts, self.sizes)
+            message = why.message
+            if self.kernel is not None:
+                message = f"in kernel '{self.kernel.name}': {message}"
+            loc = None
+            if self.source is not None:
+                loc = self.source.nodes.get(stmt) or self.source.nodes.get(self.kernel)
+            raise TccError(message, loc, self.source)
