@@ -1,0 +1,94 @@
+"""Every program tcc prints parses back to the same program.
+
+Derivatives carry integer quantities into values: the quotient of a strided
+read's inverse (``cos(k)`` of ``x[2*k]`` becomes ``cos((dx_0 // 2))``) and
+the entries of index arrays (``emb[tok[i], 0] * i`` becomes ``... *
+(tok_perm[i_p])``).  The parser reads both in values, so ``tcc grad`` of a
+``tcc grad`` works, and a user may write them too.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tcc
+from tcc.ir.diagnostics import TccError
+
+STRIDED_VALUE = "input x[8]\ny[k] = x[2 * k] * cos(k)\n"
+GATHER_VALUE = "index tok[n] < v\ninput emb[v, 3]\ny[i] = emb[tok[i], 0] * i\n"
+
+
+def roundtrips(program: object) -> None:
+    text = str(program)
+    assert str(tcc.parse(text)) == text
+
+
+@pytest.mark.parametrize("src,wrt", [(STRIDED_VALUE, "x"), (GATHER_VALUE, "emb")], ids=["quotient", "index-array"])
+def test_second_derivative_through_the_cli(tmp_path, src: str, wrt: str) -> None:  # noqa: ANN001
+    f = tmp_path / "f.tcc"
+    f.write_text(src)
+    g = tmp_path / "g.tcc"
+    tcc_cli = [sys.executable, "-m", "tcc"]
+    first = subprocess.run([*tcc_cli, "grad", str(f), "--of", "y", "--wrt", wrt, "-o", str(g)], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    roundtrips(tcc.parse(g.read_text()))
+    second = subprocess.run([*tcc_cli, "grad", str(g), "--of", "d" + wrt, "--wrt", wrt], capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert "error" not in second.stderr
+
+
+def test_parsed_derivatives_compute_what_the_derived_ones_do() -> None:
+    rng = np.random.default_rng(0)
+    for src, wrt, data in [
+        (STRIDED_VALUE, "x", dict(x=rng.random(8), dy=rng.random(4))),
+        (GATHER_VALUE, "emb", dict(tok=np.array([2, 0, 2, 1, 4]), emb=rng.random((5, 3)), dy=rng.random(5))),
+    ]:
+        g = tcc.grad(tcc.parse(src), of="y", wrt=[wrt])
+        reparsed = tcc.parse(str(g))
+        want = tcc.run(g, data)["d" + wrt]
+        assert np.array_equal(tcc.compile(reparsed)(**data)["d" + wrt], want)
+        assert np.array_equal(tcc.run(reparsed, data)["d" + wrt], want)
+
+
+def test_integer_values_a_user_writes() -> None:
+    src = ("index tok[n] < v\ninput emb[v, 3], w[n]\n"
+           "y[i] = w[i] * tok[i] + emb[tok[i], 1] * (tok[i] // 2) - (2 * i + 1) % 3 * w[i]\n")
+    p = tcc.parse(src)
+    roundtrips(p)
+    tok = np.array([3, 0, 2, 1, 3, 3])
+    emb, w = np.random.default_rng(1).random((4, 3)), np.random.default_rng(2).random(6)
+    i = np.arange(6)
+    want = w * tok + emb[tok, 1] * (tok // 2) - (2 * i + 1) % 3 * w
+    assert np.allclose(tcc.compile(p)(tok=tok, emb=emb, w=w)["y"], want, rtol=1e-14)
+    assert np.allclose(tcc.run(p, dict(tok=tok, emb=emb, w=w))["y"], want, rtol=1e-14)
+    for r in tcc.check(p, "y", ["emb", "w"], sizes=dict(n=6, v=4)):
+        assert r.ok, r
+
+
+@pytest.mark.parametrize("src,message", [
+    ("input x[4]\ny[i] = x[i] // 2\n", "'//' takes integers (indices, sizes, integer literals): use '/' to divide values"),
+    ("input x[4]\ny[i] = (i + 0.5) % 2\n", "'%' takes integers (indices, sizes, integer literals): use '/' to divide values"),
+    ("input x[4]\ny[i] = x[i] * (i // 0)\n", "the divisor of '//' must be a positive integer constant"),
+    ("input x[4]\ny[i] = x[i] * (i % x[0])\n", "the divisor of '%' must be a positive integer constant"),
+])
+def test_division_of_values_is_a_located_error(src: str, message: str) -> None:
+    with pytest.raises(TccError) as info:
+        tcc.parse(src)
+    assert info.value.message == message and info.value.loc.line == 2
+
+
+@settings(max_examples=40)
+@given(stride=st.integers(2, 4), offset=st.integers(0, 3), fn=st.sampled_from(["cos", "exp", "sin"]),
+       coeff=st.integers(-2, 3))
+def test_strided_derivatives_print_programs_that_parse(stride: int, offset: int, fn: str, coeff: int) -> None:
+    n = 12
+    src = f"input x[{n * stride + offset}]\ny[k] = x[{stride} * k + {offset}] * {fn}(0.1 * k + {coeff} * k)\noutput y[{n}]\n"
+    g = tcc.grad(tcc.parse(src), of="y", wrt=["x"])
+    roundtrips(g)
+    gg = tcc.grad(tcc.parse(str(g)), of="dx", wrt=["dy"])
+    roundtrips(gg)
