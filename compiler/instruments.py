@@ -220,14 +220,25 @@ class TimePasses(BaseInstrument):
         return "\n".join(lines) + "\n"
 
 
+def verify_loops_with_bounds(program: Any) -> None:
+    """:func:`tcc.ir.loops_verifier.verify_loops` with its bounds proof: what a pass's L2 result
+    must pass (compiled code does not check an index)."""
+    from tcc.ir.loops_verifier import verify_loops
+
+    verify_loops(program, bounds=True)
+
+
 class VerifyEach(BaseInstrument):
     """Run the IR verifier of the produced level after each pass.
 
     Dispatch is on the program's type: an L2 :class:`~tcc.ir.loops.LoopProgram`
     goes to :func:`tcc.ir.loops_verifier.verify_loops` (or ``verify_loops``),
     the result of a pass producing index IR to :func:`tcc.ir.verifier.verify`
-    (or ``verify``), and anything else (an LLVM module) to its own
-    ``verify()`` method when it has one; otherwise it is left alone.
+    with its bounds proof (or ``verify``), and anything else (an LLVM module)
+    to its own ``verify()`` method when it has one; otherwise it is left alone.
+    Plug-in passes' results are proved in bounds at L2 too, by
+    :class:`VerifyPlugins`, which :func:`tcc.pipeline.run_pipeline` adds
+    beside this one unless told not to.
 
     A failure becomes TccError "IR verification failed after pass 'X': <message>".
     """
@@ -264,6 +275,47 @@ class VerifyEach(BaseInstrument):
         except TccError as exc:
             raise TccError(
                 f"IR verification failed after pass '{pass_.spec()}': {exc.message}", exc.loc, exc.source
+            ) from exc
+
+
+class VerifyPlugins(BaseInstrument):
+    """Verify the result of every pass that is not tcc's own (:func:`tcc.registry.is_builtin_pass`).
+
+    :func:`tcc.pipeline.run_pipeline` adds it unless told not to
+    (``verify_plugins=False``, ``--no-verify-plugins``).  tcc's passes are
+    tested to keep programs valid; a plug-in's are not, and compiled code does
+    not check an index, so an out-of-bounds read it builds would run as a
+    segfault or as garbage.  An L1 :class:`~tcc.ir.program.Program` goes to
+    :func:`tcc.ir.verifier.verify` with its bounds proof, an L2
+    :class:`~tcc.ir.loops.LoopProgram` to :func:`verify_loops_with_bounds`.
+    Anything else is left alone: an LLVM module or PTX has no bounds to
+    prove (``--verify-each`` runs its own ``verify()``), and a value that is
+    no tcc program (a test's stand-in) is nothing tcc could compile.
+
+    A failure becomes TccError "pass 'X' (module:Class) produced an invalid
+    program: <message>", naming where the plug-in's class lives.
+    """
+
+    def after_pass(self, pass_: Pass, index: int, program: Any) -> None:
+        from tcc.ir.program import Program
+        from tcc.registry import is_builtin_pass, pass_origin
+
+        if is_builtin_pass(pass_):
+            return
+        if _is_loop_program(program):
+            check = verify_loops_with_bounds
+        elif isinstance(program, Program):
+            from tcc.ir.verifier import verify
+
+            check = verify
+        else:
+            return
+        try:
+            check(program)
+        except TccError as exc:
+            raise TccError(
+                f"pass '{pass_.spec()}' ({pass_origin(pass_)}) produced an invalid program: {exc.message}",
+                exc.loc, exc.source,
             ) from exc
 
 

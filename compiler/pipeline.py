@@ -338,6 +338,17 @@ def check_levels(passes: Sequence[Pass], start: Level = Level.INDEX) -> Level:
     return level
 
 
+def plugin_verification(passes: Sequence[Pass]) -> tuple[Any, ...]:
+    """The instrument that verifies the results of ``passes``' plug-ins, as a tuple (empty when every
+    pass is tcc's own: nothing to verify, no hook to call)."""
+    from tcc.instruments import VerifyPlugins
+    from tcc.registry import is_builtin_pass
+
+    if all(is_builtin_pass(p) for p in passes):
+        return ()
+    return (VerifyPlugins(),)
+
+
 def run_pipeline(
     program: Any,
     passes: str | Sequence[Pass],
@@ -345,18 +356,32 @@ def run_pipeline(
     instruments: Sequence[Any] = (),
     *,
     start: Level = Level.INDEX,
+    verify_plugins: bool = True,
 ) -> Any:
     """Run ``passes`` on ``program``; levels are checked before anything runs.
 
     Each instrument gets ``before_pass(pass, index, program)`` before and
     ``after_pass(pass, index, result)`` after each pass.  A TccError raised
     by a pass without a source gets the input program's source attached.
+
+    With ``verify_plugins`` (the default) the L1 or L2 result of every pass
+    that is not tcc's own is verified, its accesses proved in bounds
+    (:class:`tcc.instruments.VerifyPlugins`, after the given instruments, so
+    a dump still shows the program refused): a plug-in's out-of-bounds read
+    would otherwise be compiled into a segfault or garbage.  Every entry
+    point that runs passes (``tcc.compile``, ``tcc.transform``, ``tcc.grad``,
+    the command line) comes here, so they agree.  ``verify_plugins=False``
+    saves the proof's time for a plug-in trusted already.  It is
+    independent of a :class:`~tcc.instruments.VerifyEach` among
+    ``instruments`` (``--verify-each``), whose L2 check is structural only.
     """
     passes = resolve_pipeline(passes)
     check_levels(passes, start)
     ctx = PassContext() if ctx is None else ctx
     source = getattr(program, "source", None)
     instruments = tuple(instruments)
+    if verify_plugins:
+        instruments += plugin_verification(passes)
     try:
         for index, p in enumerate(passes):
             for inst in instruments:

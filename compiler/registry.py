@@ -86,6 +86,21 @@ def register_pass(cls: type[Pass], *, replace: bool = False) -> type[Pass]:
     return _TABLE.register(cls.name, cls, replace)
 
 
+def is_builtin_pass(p: Pass | type[Pass]) -> bool:
+    """Whether ``p`` (a pass or its class) is tcc's own: its class is defined in the ``tcc``
+    package.  The rule of the disk cache (:func:`tcc.disk_cache.cacheable`): a subclass of a
+    built-in pass defined elsewhere, a class given to :func:`register_pass` or found through an
+    entry point, is a plug-in, whose results tcc verifies by default (:class:`tcc.instruments.VerifyPlugins`)."""
+    module = (p if isinstance(p, type) else type(p)).__module__
+    return module == "tcc" or module.startswith("tcc.")
+
+
+def pass_origin(p: Pass | type[Pass]) -> str:
+    """Where a pass's class lives, as an entry point names it: ``module:QualName``."""
+    cls = p if isinstance(p, type) else type(p)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
 def unregister_pass(name: str) -> None:
     """Undo :func:`register_pass` (tests)."""
     _TABLE.registered.pop(name, None)

@@ -616,8 +616,11 @@ _BROKEN = LoopProgram(("n",), (Buffer("x", (C(3),), "input"),), (Kernel("k", (St
 
 
 def test_verify_each_checks_loop_programs():
-    run_pipeline(object(), [_to_loops(BIG), _LoopsId()], instruments=[VerifyEach()])
-    run_pipeline(BIG, [_LoopsId(), _to_llvm(object())], instruments=[VerifyEach()], start=Level.LOOPS)
+    # BIG is a catalogue of constructs, not a program in bounds (x[i, 0] reads past x at m = 0):
+    # the default proof of these test passes' (plug-ins') results is off where it is the input
+    run_pipeline(object(), [_to_loops(BIG), _LoopsId()], instruments=[VerifyEach()], verify_plugins=False)
+    run_pipeline(BIG, [_LoopsId(), _to_llvm(object())], instruments=[VerifyEach()], start=Level.LOOPS,
+                 verify_plugins=False)
     with pytest.raises(TccError) as info:
         run_pipeline(_BROKEN, [_LoopsId()], instruments=[VerifyEach()], start=Level.LOOPS)
     assert info.value.message == (
@@ -630,7 +633,8 @@ def test_verify_each_checks_loop_programs():
     assert info.value.message.startswith("IR verification failed after pass 't-to-loops': in kernel 'k'")
     assert calls == []
     seen: list = []
-    run_pipeline(object(), [_to_loops(_BROKEN)], instruments=[VerifyEach(verify_loops=seen.append)])
+    run_pipeline(object(), [_to_loops(_BROKEN)], instruments=[VerifyEach(verify_loops=seen.append)],
+                 verify_plugins=False)  # only the given verifier runs
     assert seen == [_BROKEN]
 
 
@@ -657,7 +661,8 @@ def test_dump_dir_suffix_follows_the_level(tmp_path):
     from tcc.ir.parser import parse_program
 
     l1 = parse_program("input a[3]\nb[i] = a[i]\n", "t.tcc")
-    run_pipeline(l1, [_to_loops(BIG), _LoopsId(), _to_llvm(module)], instruments=[DumpIR(directory=tmp_path)])
+    run_pipeline(l1, [_to_loops(BIG), _LoopsId(), _to_llvm(module)], instruments=[DumpIR(directory=tmp_path)],
+                 verify_plugins=False)  # BIG is not in bounds (test_verify_each_checks_loop_programs)
     assert sorted(os.listdir(tmp_path)) == ["00-input.tcc", "01-t-to-loops.loops", "02-t-loops-id.loops", "03-t-to-llvm.ll"]
     dumped = (tmp_path / "02-t-loops-id.loops").read_text()
     assert dumped.startswith("# -----// IR after t-loops-id //----- #\n# tcc loops\n")
@@ -670,7 +675,8 @@ def test_dump_to_stream_of_a_loop_program():
     import io
 
     buf = io.StringIO()
-    run_pipeline(BIG, [_LoopsId()], instruments=[DumpIR(after="all", stream=buf)], start=Level.LOOPS)
+    run_pipeline(BIG, [_LoopsId()], instruments=[DumpIR(after="all", stream=buf)], start=Level.LOOPS,
+                 verify_plugins=False)  # BIG is not in bounds (test_verify_each_checks_loop_programs)
     assert buf.getvalue() == "# -----// IR after t-loops-id //----- #\n" + BIG_TEXT + "\n"
 
 
