@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import replace
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from .expr import Access, Expr, Where, postorder, transform
-from .index import Affine, FloorDiv, Mod, atom_names
+from .index import Affine, Compare, Cond, FloorDiv, Mod, Not, atom_names, lookups, negate
 from .loops import (
     Accumulate,
     Extern,
@@ -41,7 +41,11 @@ from .loops import (
     walk_stmts,
 )
 
+if TYPE_CHECKING:
+    from .polyhedra import Facts
+
 __all__ = [
+    "ReadsInBounds",
     "affine_names",
     "all_writes",
     "bound_inside",
@@ -54,6 +58,7 @@ __all__ = [
     "map_exprs",
     "map_stmts",
     "names_read_anywhere",
+    "negated",
     "outer_writes",
     "owns",
     "perfect_nest",
@@ -475,3 +480,112 @@ def substitute_stmts(
         else:  # pragma: no cover - closed set
             raise TypeError(f"not an L2 statement: {s!r}")
     return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Moving code: every read in bounds where it goes
+# ---------------------------------------------------------------------------
+
+
+class ReadsInBounds:
+    """The rule for every L2 pass that moves code (hoists, extracts, fuses,
+    rematerialises, precomputes): the moved statements may run where they did
+    not run before, so each of their reads must be in bounds on the *whole*
+    domain they move to -- proved from the facts there, not from a test they
+    leave behind.  A pass that cannot prove it must keep the code where it
+    was, or carry the test along (put it, or a test it implies, around the
+    moved code, whose facts are then passed here).
+
+    "Every read" is every load (``x[i, j]``), every store's and accumulate's
+    position, and every read of an index array inside an index expression --
+    in an access's indices (``x[col[perm[k]]]``: ``perm[k]`` must be a
+    position of ``col`` too), in a loop's bounds (``for k in
+    ptr[r[d]]..ptr[r[d] + 1] - 1`` reads ``ptr`` twice before the loop runs)
+    and in an ``if`` or ``where`` condition.  The compiled code evaluates a
+    condition's parts eagerly (``a and b`` is not short-circuit), so each
+    read in a condition must be in bounds under the facts *outside* it; a
+    ``where``'s and an ``if``'s branches are lazy, so their reads may use the
+    condition.  An index array's entry is known only by its declared range
+    (``rows(ptr)`` is in ``0..n``: ``n`` for a non-zero no row holds), as
+    everywhere in the prover (:class:`tcc.ir.polyhedra.Facts`)."""
+
+    def __init__(self, program: LoopProgram) -> None:
+        self.shapes = {b.name: b.shape for b in program.buffers}
+
+    def position_ok(self, name: str, indices: Sequence[Affine], facts: "Facts") -> bool:
+        """``name[indices]`` is inside the buffer, and so is every index-array read in the indices."""
+        if not self.affines_ok(indices, facts):
+            return False
+        shape = self.shapes.get(name)
+        if shape is None or not indices:
+            return True  # a scalar (let/local or 0-d buffer)
+        return all(
+            facts.implies(Compare(">=", ix, Affine.constant(0))) and facts.implies(Compare("<=", ix, ext - 1))
+            for ix, ext in zip(indices, shape)
+        )
+
+    def affines_ok(self, items: Iterable[Affine], facts: "Facts") -> bool:
+        """Every read of an index array in ``items`` (nested ones too) is inside that array."""
+        for a in items:
+            for lk in lookups(a):
+                shape = self.shapes.get(lk.tensor)
+                if shape is None or len(shape) != len(lk.indices):
+                    return False
+                for ix, ext in zip(lk.indices, shape):
+                    if not (facts.implies(Compare(">=", ix, Affine.constant(0))) and facts.implies(Compare("<=", ix, ext - 1))):
+                        return False
+        return True
+
+    def cond_ok(self, cond: Cond, facts: "Facts") -> bool:
+        """Every index-array read of a condition is in bounds (all its parts are evaluated)."""
+        return self.affines_ok(_cond_affines(cond), facts)
+
+    def expr_ok(self, e: Expr, facts: "Facts") -> bool:
+        if isinstance(e, Access):
+            return self.position_ok(e.tensor, e.indices, facts) and all(self.expr_ok(c, facts) for c in e.children())
+        if isinstance(e, Where):
+            return (self.cond_ok(e.cond, facts) and self.expr_ok(e.then, facts.with_cond(e.cond))
+                    and self.expr_ok(e.other, negated(facts, e.cond)))
+        return all(self.expr_ok(c, facts) for c in e.children())
+
+    def stmts_ok(self, body: Sequence[Stmt], facts: "Facts") -> bool:
+        """Every read of ``body``, run where ``facts`` hold, is in bounds."""
+        for s in body:
+            if isinstance(s, For):
+                if not self.affines_ok(s.lo + s.hi, facts):
+                    return False
+                if not self.stmts_ok(s.body, facts.with_range(s.var, s.lo, s.hi)):
+                    return False
+            elif isinstance(s, If):
+                if not self.cond_ok(s.cond, facts):
+                    return False
+                if not self.stmts_ok(s.then, facts.with_cond(s.cond)):
+                    return False
+                if not self.stmts_ok(s.orelse, negated(facts, s.cond)):
+                    return False
+            elif isinstance(s, (Store, Accumulate)):
+                name = s.buffer if isinstance(s, Store) else s.target
+                if not self.position_ok(name, s.indices, facts) or not self.expr_ok(s.value, facts):
+                    return False
+            elif isinstance(s, Extern):
+                continue  # whole buffers of checked shapes: no index
+            elif not all(self.expr_ok(e, facts) for e in stmt_exprs(s)):
+                return False
+        return True
+
+
+def negated(facts: "Facts", cond: Cond) -> "Facts":
+    """The facts of an ``else`` branch: ``cond`` does not hold."""
+    try:
+        return facts.with_cond(negate(cond))
+    except TypeError:  # pragma: no cover - every Cond negates
+        return facts
+
+
+def _cond_affines(c: Cond) -> list[Affine]:
+    """The two sides of every comparison in ``c``."""
+    if isinstance(c, Compare):
+        return [c.lhs, c.rhs]
+    if isinstance(c, Not):
+        return _cond_affines(c.part)
+    return [e for p in getattr(c, "parts", ()) for e in _cond_affines(p)]

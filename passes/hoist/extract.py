@@ -11,10 +11,11 @@ import logging
 from dataclasses import dataclass, replace
 
 from tcc.ir.expr import Access, Binary, Const, Expr, Unary, fresh_name, postorder
-from tcc.ir.index import Affine, Compare, make_and, negate, of_sizes
+from tcc.ir.index import Affine, Compare, Cond, conjuncts, lookups, make_and, negate, of_sizes
 from tcc.ir.loop_analysis import affine_names, expr_names, outer_writes, read_names, stored_buffers
 from tcc.ir.loops import Buffer, For, If, Kernel, Let, Local, LoopProgram, Stmt, Store
-from tcc.ir.polyhedra import Facts, program_facts
+from tcc.ir.index_range import cond_affines
+from tcc.ir.polyhedra import Facts, expression_range, program_facts
 
 from .safety import BoundsChecker, nonempty_guard
 from .units import Unit, replace_unit, units
@@ -155,13 +156,29 @@ class Extract:
         """The new kernel's loops and tests (bodies left empty), outermost
         first, and the facts inside them.
 
-        Kept loops are copied; a test is copied when it only needs sizes and
-        kept loop variables.  With ``guards``, a dropped loop whose range only
-        needs those becomes the test that it runs at least once, and its range
-        becomes a fact (its variable then only stands for "some iteration"):
-        a load that was in bounds because the loop ran stays in bounds.
+        Kept loops are copied.  A test goes with the code as far as it can:
+        each part of a conjunction that only needs sizes and kept loop
+        variables is copied, and from a part that needs a dropped loop
+        (``r[d] == i``, ``r[d] <= i`` with ``i`` dropped) the bounds it implies
+        on the index-array reads it makes with kept variables alone are
+        (``r[d] <= n - 1``: Fourier-Motzkin over the facts of the original
+        place, so they hold wherever the reduction ran before).  The new
+        kernel then computes at least wherever the temp is read, and its
+        facts are only what it tests.  A copied test's own index-array reads
+        must be in bounds outside it (a condition is evaluated whole); one
+        that is in bounds only under the parts before it opens a nested
+        ``if``.  With ``guards``, a dropped loop whose range only needs those
+        becomes the test that it runs at least once, and its range becomes a
+        fact (its variable then only stands for "some iteration"): a load
+        that was in bounds because the loop ran stays in bounds.
         """
         facts = program_facts(self.program.sizes)
+        full = facts  # the facts where the reduction is now
+        for f in path:
+            if isinstance(f.stmt, For):
+                full = full.with_range(f.stmt.var, f.stmt.lo, f.stmt.hi)
+            elif isinstance(f.stmt, If):
+                full = full.with_cond(f.stmt.cond if f.branch == "then" else negate(f.stmt.cond))
         known = set(self.sizes)
         out: list[Stmt] = []
         for f in path:
@@ -176,11 +193,44 @@ class Extract:
                     if cond is not None:
                         out.append(If(cond, ()))
                     facts = facts.with_range(st.var, st.lo, st.hi)
-            elif isinstance(st, If) and set(st.cond.names()) <= known:
+            elif isinstance(st, If):
                 c = st.cond if f.branch == "then" else negate(st.cond)
-                out.append(If(c, ()))
-                facts = facts.with_cond(c)
+                facts = self._carry(c, known, facts, full, out)
         return out, facts
+
+    def _carry(self, cond: Cond, known: set[str], facts: Facts, full: Facts, out: list[Stmt]) -> Facts:
+        """Append to ``out`` the tests of ``cond`` (and those it implies) that
+        the new kernel can make; return the facts inside them."""
+        parts: list[Cond] = []
+        for c in conjuncts(cond):
+            if set(c.names()) <= known:
+                parts.append(c)
+                continue
+            for lk in dict.fromkeys(lk for a in cond_affines(c) for lk in lookups(a)):
+                if not set(lk.names()) <= known:
+                    continue
+                bounds = expression_range(full, Affine.atom(lk), sorted(self.sizes))
+                if bounds is None:
+                    continue
+                lo, hi = bounds
+                parts += [Compare(">=", Affine.atom(lk), b) for b in lo if of_sizes(b, self.sizes)]
+                parts += [Compare("<=", Affine.atom(lk), b) for b in hi if of_sizes(b, self.sizes)]
+        group: list[Cond] = []
+        outside = facts
+        for c in parts:
+            if facts.implies(c):
+                continue
+            if not self.checker.cond_ok(c, outside):
+                if group:
+                    out.append(If(make_and(group), ()))
+                    group, outside = [], facts
+                if not self.checker.cond_ok(c, outside):
+                    continue  # a read that is out of bounds even under the tests before it
+            group.append(c)
+            facts = facts.with_cond(c)
+        if group:
+            out.append(If(make_and(group), ()))
+        return facts
 
 
 def _in_order(needed: list[Let], path: list[_Frame], block_before: tuple[Stmt, ...]) -> list[Let]:
