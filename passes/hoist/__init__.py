@@ -43,9 +43,16 @@ Moving code must not make it run where it did not run before *and fail*:
 code in front of a loop runs even when the loop runs zero times, and an
 extracted reduction runs for every point of the loops it keeps, not only
 where the dropped loops and tests let it run.  Scalar arithmetic cannot fail
-(an ``inf`` nobody reads is harmless), loads can: every moved load is proved
-in bounds at its new place with Fourier-Motzkin (:class:`tcc.ir.polyhedra.Facts`
-from the enclosing loop ranges and tests, sizes >= 0).  A load that is in
+(an ``inf`` nobody reads is harmless), reads can: every moved read -- a load,
+or a read of an index array in an index, a loop bound or a condition -- is
+proved in bounds on the whole domain it moves to, with Fourier-Motzkin
+(:class:`tcc.ir.polyhedra.Facts` from the enclosing loop ranges and tests,
+sizes >= 0; :class:`tcc.ir.loop_analysis.ReadsInBounds`), never from a test
+it leaves: ``for k in ptr[r[d]]..ptr[r[d] + 1] - 1`` under ``where(r[d] == i,
+...)`` reads ``ptr[n + 1]`` for a non-zero no row holds.  An extracted
+kernel carries what it can of the tests it leaves (the parts that need only
+kept loops, and the bounds the others imply: ``r[d] <= i`` gives ``r[d] <=
+n - 1``).  A load that is in
 bounds only because the loop it leaves runs at least once (``x[0, k]`` inside
 ``for i in 0..n - 1`` needs ``n >= 1``) keeps that as a test: ``let v =
 where(n >= 1, ..., 0)``, an ``if`` around a reduction's loops or around the
