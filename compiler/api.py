@@ -121,6 +121,7 @@ def grad(
     mode: str = "reverse",
     seed: str = "input",
     value: bool = False,
+    verify_plugins: bool = True,
 ) -> Any:
     """The derivative program of ``of`` with respect to each of ``wrt``.
 
@@ -134,12 +135,15 @@ def grad(
     ``value=True`` keeps ``of`` as the program's first output: one program
     computes the value and the derivatives (``jax.value_and_grad``), sharing
     the intermediates that a separate forward program would compute again.
+    ``verify_plugins=False`` skips verifying the results of plug-in passes
+    in ``passes`` (:func:`tcc.pipeline.run_pipeline`; docs/writing-a-pass.md).
     """
     from tcc.pipeline import derivative_pipeline, run_pipeline
 
     _check_program_arg(program_or_text, "grad")
     program, of, wrt = derivative_target(program_or_text, of, wrt)
-    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed, passes, value=value), instruments=instruments)
+    return run_pipeline(program, derivative_pipeline(of, wrt, mode, seed, passes, value=value), instruments=instruments,
+                        verify_plugins=verify_plugins)
 
 
 def transform(
@@ -147,11 +151,15 @@ def transform(
     passes: str | Sequence[Pass] = "infer-ranges",
     instruments: Sequence[Any] = (),
     ctx: PassContext | None = None,
+    *,
+    verify_plugins: bool = True,
 ) -> Any:
-    """Run a pipeline (default ``infer-ranges``) and return its result (any IR level)."""
+    """Run a pipeline (default ``infer-ranges``) and return its result (any IR level); plug-in
+    passes' results are verified unless ``verify_plugins=False`` (:func:`tcc.pipeline.run_pipeline`)."""
     from tcc.pipeline import run_pipeline
 
-    return run_pipeline(_program(program_or_text, "transform"), passes, ctx=ctx, instruments=instruments)
+    return run_pipeline(_program(program_or_text, "transform"), passes, ctx=ctx, instruments=instruments,
+                        verify_plugins=verify_plugins)
 
 
 def compile(
@@ -165,6 +173,7 @@ def compile(
     arch: str = "",
     ptx: int = 0,
     results: str | Sequence[str] | None = None,
+    verify_plugins: bool = True,
 ) -> Any:
     """Compile a program to native code; returns a callable :class:`tcc.runtime.CompiledProgram`.
 
@@ -182,13 +191,15 @@ def compile(
     returns to those definitions; the others are intermediates that the
     compiler may recompute where they are read or drop
     (``rematerialize``), and their memory is kept for the next call
-    (docs/runtime.md#results).
+    (docs/runtime.md#results).  The results of plug-in passes in the
+    pipeline are verified, their accesses proved in bounds, unless
+    ``verify_plugins=False`` (docs/writing-a-pass.md).
     """
     from tcc.build import build
 
     return build(
         _program(program_or_text, "compile"), target=target, dtype=dtype, passes=passes, threads=threads,
-        instruments=instruments, arch=arch, ptx=ptx, results=results,
+        instruments=instruments, arch=arch, ptx=ptx, results=results, verify_plugins=verify_plugins,
     )
 
 

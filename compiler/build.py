@@ -38,7 +38,7 @@ from tcc.instruments import BaseInstrument
 from tcc.ir.diagnostics import TccError
 from tcc.ir.program import Program
 from tcc.passes.pass_base import Level, Pass
-from tcc.pipeline import check_levels, check_lowering, format_pipeline, resolve_pipeline, run_pipeline
+from tcc.pipeline import check_levels, check_lowering, format_pipeline, plugin_verification, resolve_pipeline, run_pipeline
 from tcc.sizes import check_program_index_ranges
 from tcc.targets import get_target
 
@@ -52,6 +52,8 @@ CACHE_SIZE = 64
 # insertion order is recency order: a hit is moved to the end, eviction takes the front
 _CACHE: dict[tuple, tuple[Any, Any, Any, Any]] = {}
 _CACHE_LOCK = threading.Lock()
+#: appended to the cache key of a program compiled with ``verify_plugins=False`` and plug-in passes
+_UNPROVED = "plug-ins unverified"
 
 
 def set_cache_size(entries: int) -> int:
@@ -140,12 +142,17 @@ def build(
     arch: str = "",
     ptx: int = 0,
     results: Sequence[str] | None = None,
+    verify_plugins: bool = True,
 ) -> Any:
     """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` running the target's executable.
 
     ``results`` (default: every definition) names the definitions a call
     returns: they become the program's outputs, and the default pipeline
     gains ``rematerialize``, which may recompute or drop the others.
+    ``verify_plugins`` is :func:`tcc.pipeline.run_pipeline`'s: the results of
+    plug-in passes are verified (their accesses proved in bounds) unless it
+    is False.  A program compiled without that proof is cached apart, so a
+    later compile that asks for it does not get the unproved code.
     """
     from tcc.runtime import CompiledProgram  # imports the backends, and so llvmlite
 
@@ -159,9 +166,10 @@ def build(
     tgt.prepare(program)  # fail before compiling anything when it could not run
     pipeline = compile_pipeline(passes, dtype, target, arch, ptx)
     key = (str(program), format_pipeline(pipeline), dtype, target)
-    hit = None if instruments else _cache_get(key)
+    unproved = not verify_plugins and bool(plugin_verification(pipeline))
+    hit = None if instruments else _cache_get(key) or (_cache_get((*key, _UNPROVED)) if unproved else None)
     if hit is None:
-        hit = _compile(program, tgt, pipeline, key, instruments)
+        hit = _compile(program, tgt, pipeline, key, instruments, unproved)
     l1, loops, llvm_module, executable = hit
     if isinstance(program, Program) and program.source is not None and l1.source is not program.source:
         l1 = dataclasses.replace(l1, source=program.source)  # a cache hit from another file: this file's name in errors
@@ -175,7 +183,8 @@ def build(
     elif given:
         compiled.results = tuple(n for n in compiled.results if n in given)
     if isinstance(program, Program) and not instruments:
-        compiled._reorder = _call_time_order(program, pipeline, target, dtype, threads, arch, ptx, results)
+        compiled._reorder = _call_time_order(program, pipeline, target, dtype, threads, arch, ptx, results,
+                                             verify_plugins)
     return compiled
 
 
@@ -212,11 +221,15 @@ def with_rematerialize(pipeline: str) -> str:
     return ",".join(["rematerialize", *passes])
 
 
-def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instruments: Sequence[Any]) -> tuple:
+def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instruments: Sequence[Any],
+             unproved: bool = False) -> tuple:
     """``(l1, loops, llvm_module, executable)`` from the on-disk cache (:mod:`tcc.disk_cache`), else compiled.
 
     Runs with instruments neither read nor write the disk cache, as they
     bypass the in-memory one; what they compile is not kept at all.
+    ``unproved``: the pipeline's plug-in passes are not verified, and the
+    result is kept under ``key`` plus :data:`_UNPROVED`.  (The disk cache
+    holds built-in pipelines only, where there is nothing to verify.)
     """
     from tcc import disk_cache
 
@@ -242,7 +255,7 @@ def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instrumen
                 self.program = state
 
     keep = _LastIndexState(program)
-    final = run_pipeline(program, pipeline, instruments=[*instruments, keep])
+    final = run_pipeline(program, pipeline, instruments=[*instruments, keep], verify_plugins=not unproved)
     if disk is not None:
         from tcc.backends.cpu import jit_with_object
 
@@ -253,12 +266,12 @@ def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instrumen
     llvm_module = executable.llvm_module
     hit = (keep.program, llvm_module.program, llvm_module, executable)
     if not instruments:
-        _cache_put(key, hit)
+        _cache_put((*key, _UNPROVED) if unproved else key, hit)
     return hit
 
 
 def _call_time_order(program: Program, pipeline: list[Pass], target: str, dtype: str, threads: int | None,
-                     arch: str, ptx: int, results: Sequence[str] | None) -> Any:
+                     arch: str, ptx: int, results: Sequence[str] | None, verify_plugins: bool = True) -> Any:
     """Call-time re-decision of contraction orders (:mod:`tcc.reorder`), or None where sizes cannot change them."""
     from tcc.reorder import call_time_order
 
@@ -266,7 +279,7 @@ def _call_time_order(program: Program, pipeline: list[Pass], target: str, dtype:
     return call_time_order(
         program, l1_l2,
         lambda passes: build(program, target=target, dtype=dtype, passes=passes, threads=threads, arch=arch, ptx=ptx,
-                             results=results),
+                             results=results, verify_plugins=verify_plugins),
     )
 
 

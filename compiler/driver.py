@@ -85,6 +85,8 @@ def _add_pipeline_flags(p: argparse.ArgumentParser, *, default_passes: str | Non
                    help="write numbered dumps (00-input.tcc, 01-<pass>.tcc, ...) to DIR instead of stderr")
     p.add_argument("--time-passes", action="store_true", help="print a per-pass timing table to stderr")
     p.add_argument("--verify-each", action="store_true", help="verify the IR after every pass")
+    p.add_argument("--no-verify-plugins", dest="verify_plugins", action="store_false",
+                   help="do not verify the results of plug-in passes (verified by default)")
 
 
 def _add_gpu_flags(p: argparse.ArgumentParser) -> None:
@@ -324,7 +326,7 @@ def _run_passes(session: _Session, args: argparse.Namespace, program: Any, passe
     if args.print_pipeline:
         print(format_pipeline(passes), file=sys.stderr)
     try:
-        return run_pipeline(program, passes, instruments=insts)
+        return run_pipeline(program, passes, instruments=insts, verify_plugins=args.verify_plugins)
     finally:
         if timer is not None:
             sys.stderr.write(timer.report())
@@ -547,7 +549,8 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
             print(format_pipeline(passes), file=sys.stderr)
         try:
             compiled = build(program, target=args.target, dtype=args.dtype, passes=passes,
-                             threads=args.threads, instruments=insts, arch=args.arch, ptx=args.ptx)
+                             threads=args.threads, instruments=insts, arch=args.arch, ptx=args.ptx,
+                             verify_plugins=args.verify_plugins)
         finally:
             if timer is not None:
                 sys.stderr.write(timer.report())

@@ -63,7 +63,9 @@ class CallTimeOrder:
     def planner(self) -> OrderPlanner:
         """The planner over what ``contract-order`` sees: the passes before it run once, on first need."""
         if self._planner is None:
-            staged = run_pipeline(self.program, self.passes[:self.position]) if self.position else self.program
+            # the compile ran (and verified, if asked) these passes on this program already
+            staged = run_pipeline(self.program, self.passes[:self.position], verify_plugins=False) \
+                if self.position else self.program
             self._planner = OrderPlanner(staged, self.pass_)
             self._default = self._planner.choose({})
         return self._planner
