@@ -58,7 +58,7 @@ offending statement or buffer declaration.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 from tcc.ir.diagnostics import TccError
 
@@ -84,6 +84,9 @@ from .loops import (
 )
 from .loop_analysis import constant_trips, residue_separates, strides_with
 from .diagnostics import Loc, SourceMap
+
+if TYPE_CHECKING:
+    from .polyhedra import Facts
 
 __all__ = ["check_loop_bounds", "verify_loops"]
 
@@ -568,7 +571,7 @@ class _BoundsChecker:
             self.kernel = k
             self.block(k.body, self.base)
 
-    def block(self, body: tuple[Stmt, ...], facts) -> None:  # noqa: ANN001 - a Facts
+    def block(self, body: tuple[Stmt, ...], facts: "Facts") -> None:
         from tcc.ir.index import negate
 
         for s in body:
@@ -588,19 +591,19 @@ class _BoundsChecker:
                     self.access(Access(name, s.indices), facts, s)
                     self.lookups(s.indices, facts, s)
 
-    def expr(self, e: Expr, facts, stmt: Stmt) -> None:  # noqa: ANN001
+    def expr(self, e: Expr, facts: "Facts", stmt: Stmt) -> None:
         from .bounds import facts_at, uses
 
         for use in uses(e):  # every load, and every index-buffer read inside an index, with its where guards
             if use.access.tensor in self.shapes and use.access.indices:
                 self.access(use.access, facts_at(facts, use), stmt)
 
-    def lookups(self, affines, facts, stmt: Stmt) -> None:  # noqa: ANN001
+    def lookups(self, affines: Sequence[Affine], facts: "Facts", stmt: Stmt) -> None:
         for a in affines:
             for lk in lookups(a):
                 self.access(Access(lk.tensor, lk.indices), facts, stmt)
 
-    def access(self, acc: Access, facts, stmt: Stmt) -> None:  # noqa: ANN001
+    def access(self, acc: Access, facts: "Facts", stmt: Stmt) -> None:
         from .bounds import Use, out_of_bounds_error
         from .index import Compare
 
