@@ -15,7 +15,7 @@ from .diagnostics import TccError
 from .expr import RANGED, Access, CSum, Expr, Sum, Where
 from .index import Affine, Compare, Lookup, format_affine, lookups, negate
 from .index_range import cond_affines
-from .polyhedra import Facts, definition_facts, expression_range, integer_range
+from .polyhedra import Facts, definition_facts, constant_range, expression_range
 from .program import Definition, Program
 
 
@@ -118,16 +118,15 @@ def out_of_bounds_error(program, d, use, dim, ix, ext, facts, sizes) -> TccError
     rng = expression_range(facts, ix, list(sizes))
     where = f"dimension {dim + 1} of '{acc.tensor}'" if len(acc.indices) > 1 else f"'{acc.tensor}'"
     span_verb = "ranges over"
+    symbolic = rng is not None and rng[0] and rng[1] and not all(a.is_constant for a in rng[0] + rng[1])
+    if not symbolic:
+        exact = constant_range(facts, ix)
+        if exact is not None:
+            rng = ([Affine.constant(exact[0])], [Affine.constant(exact[1])])
+        elif rng is not None and rng[0] and rng[1]:
+            span_verb = "may range over"  # the real bounds, not shown to be reached
     if rng is not None and rng[0] and rng[1]:
-        reached = facts.exact
-        if all(a.is_constant for a in rng[0] + rng[1]):
-            lo_c, hi_c = max(a.const for a in rng[0]), min(a.const for a in rng[1])
-            exact = integer_range(facts, ix, lo_c, hi_c) if lo_c <= hi_c else None
-            if exact is None:
-                reached = False
-            else:
-                rng = ([Affine.constant(exact[0])], [Affine.constant(exact[1])])
-        if not reached:
+        if not facts.exact:
             span_verb = "may range over"
         if _inside(facts, rng, ext):
             rng = None

@@ -190,10 +190,14 @@ class _Eliminator:
                 kept.append(row)
                 continue
             old = kept[idx]
-            if row.rhs.const > old.rhs.const or (
-                row.rhs.const == old.rhs.const and len(row.history) < len(old.history)
-            ):
-                kept[idx] = row
+            # The tighter row wins, with the shorter of the two histories: the
+            # Chernikov test must not drop combinations of the tighter row that
+            # it would keep for the looser one (integer rounding makes a
+            # tighter row with a longer history, and dropping its combinations
+            # lost, e.g., the only upper bound of an expression).
+            tight = row if row.rhs.const > old.rhs.const else old
+            short = row.history if len(row.history) < len(old.history) else old.history
+            kept[idx] = tight if tight.history == short else _Row(tight.coeffs, tight.rhs, short)
         return kept
 
     def _prune_feasibility(self) -> None:
@@ -393,6 +397,7 @@ class _Omega:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.fresh = 0
+        self.memo: dict[frozenset, bool] = {}  # systems of inequalities decided so far
 
     def _tick(self) -> None:
         self.budget -= 1
@@ -436,6 +441,13 @@ class _Omega:
             ineqs = [_substitute_row(r, var, by) for r in ineqs]
 
     def _inequalities(self, ineqs: list[IntRow]) -> bool:
+        key = frozenset((frozenset(c.items()), k) for c, k in ineqs)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self._decide(ineqs)
+        return hit
+
+    def _decide(self, ineqs: list[IntRow]) -> bool:
         rows: dict[frozenset, tuple[dict, int]] = {}
         for coeffs, k in ineqs:
             g = _content(coeffs)
@@ -508,13 +520,14 @@ class _Omega:
             return False  # not even a real point
         if self._inequalities(shadow(True)):
             return True
-        amax = max(-uc[var] for uc, _ in upper)
-        for lc, lk in lower:  # an integer point lies within a bounded distance of some lower bound
-            a = lc[var]
-            for gap in range((amax * a - a - amax) // amax + 1):
-                if self.feasible([(lc, lk - gap)], live):
-                    return True
-        return False
+        # An integer point lies within a bounded distance of some lower bound
+        # (or, symmetrically, of some upper bound): try each, on the side with fewer.
+        sides = []
+        for near, far in ((lower, upper), (upper, lower)):
+            fmax = max(abs(c[var]) for c, _ in far)
+            sides.append([(c, k - gap) for c, k in near
+                          for gap in range((fmax * abs(c[var]) - abs(c[var]) - fmax) // fmax + 1)])
+        return any(self.feasible([eq], live) for eq in min(sides, key=len))
 
 
 def integer_feasible(equalities: Iterable[IntRow], inequalities: Iterable[IntRow],

@@ -487,6 +487,56 @@ def expression_range(facts: Facts, expr: Affine, parameters: Sequence[str]) -> t
     return lo, hi
 
 
+def interval_bounds(facts: Facts, expr: Affine) -> tuple[int, int] | None:
+    """Constant bounds of ``expr`` by interval arithmetic over the facts' single-name
+    bounds: looser than Fourier–Motzkin's but never too large to compute (its
+    elimination may exceed ``MAX_ROWS`` on deeply nested ``//`` and ``%``)."""
+    box = facts._intervals()
+
+    def bounds(e: Affine) -> tuple[int, int] | None:
+        lo = hi = e.const
+        for atom, c in e.terms:
+            if isinstance(atom, str):
+                b = box.get(atom)
+                if b is None or b[0] is None or b[1] is None:
+                    return None
+            elif isinstance(atom, Lookup):
+                h = bounds(atom.hi)
+                if h is None:
+                    return None
+                b = (0, h[1])
+            else:
+                n = bounds(atom.num)
+                if n is None:
+                    return None
+                if isinstance(atom, Mod):
+                    same = n[0] // atom.den == n[1] // atom.den  # one period: no wrap-around
+                    b = (n[0] % atom.den, n[1] % atom.den) if same else (0, atom.den - 1)
+                else:
+                    b = (n[0] // atom.den, n[1] // atom.den)
+            lo, hi = (lo + c * b[0], hi + c * b[1]) if c > 0 else (lo + c * b[1], hi + c * b[0])
+        return int(lo), int(hi)
+
+    return bounds(expr)
+
+
+def constant_range(facts: Facts, expr: Affine) -> tuple[int, int] | None:
+    """The integer minimum and maximum of ``expr`` over the facts where both are
+    constants: sound bounds first (Fourier–Motzkin's, else intervals), then
+    :func:`integer_range`.  None where unbounded, empty or undecided."""
+    bounds = []
+    rng = expression_range(facts, expr, [])
+    if rng is not None and rng[0] and rng[1] and all(a.is_constant for a in rng[0] + rng[1]):
+        bounds.append((max(a.const for a in rng[0]), min(a.const for a in rng[1])))
+    box = interval_bounds(facts, expr)
+    if box is not None:
+        bounds.append(box)
+    if not bounds:
+        return None
+    lo, hi = max(b[0] for b in bounds), min(b[1] for b in bounds)
+    return integer_range(facts, expr, lo, hi) if lo <= hi else None
+
+
 def integer_range(facts: Facts, expr: Affine, lo: int, hi: int) -> tuple[int, int] | None:
     """The least and greatest integer value of ``expr`` over the facts' integer points,
     given sound constant bounds ``lo <= expr <= hi`` (from :func:`expression_range`).
