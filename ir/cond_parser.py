@@ -14,7 +14,7 @@ from typing import Any
 from .diagnostics import TccError
 from .expr import Expr, Select, Where
 from .index import And, Compare, Cond, Not, Or
-from .lexer import COMPARISON_OPS
+from .lexer import COMPARISON_OPS, LiteralError
 
 __all__ = ["ConditionParser", "select"]
 
@@ -100,6 +100,8 @@ class ConditionParser:
             if not values:
                 return ("idx", cond)
             first = self.error(f"'{values[0]}' is a tensor, not an index", self.peek())  # `s > 0`: compares values
+        except LiteralError:  # wrong in any reading
+            raise
         except TccError as e1:
             first = e1
         self.i, self.depth = save, depth
@@ -134,6 +136,8 @@ class ConditionParser:
                 c = self.compare()
                 if not set(c.names()) & self.value_names:
                     return ("idx", c)
+            except LiteralError:  # wrong in any reading
+                raise
             except TccError:
                 pass
             self.i, self.depth = save, depth

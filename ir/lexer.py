@@ -32,6 +32,60 @@ _OPEN = "(["
 _CLOSE = ")]"
 _SPACE = " \t\r"
 _MAX_INT_DIGITS = 4000  # int() refuses longer literals on recent Pythons
+_QUOTE_CHARS = 40  # a longer literal is quoted by its ends and its length
+
+
+def quote_number(word: str) -> str:
+    """``word`` quoted for an error message: a literal of 400 digits would
+    fill the terminal, so a long one shows its first and last digits and its
+    length."""
+    if len(word) <= _QUOTE_CHARS:
+        return f"'{word}'"
+    return f"'{word[:16]}...{word[-8:]}' ({len(word)} characters)"
+
+
+class LiteralError(TccError):
+    """A literal that is wrong wherever it is read.
+
+    The parser tries a ``where`` condition as an index comparison first and,
+    where that fails, as a comparison of values; an index constant past int64
+    would then be read silently as an inexact float.  Backtracking re-raises
+    this error instead of trying another reading.
+    """
+
+
+#: The largest index constant: compiled code does its index arithmetic in int64.
+INT64_MAX = (1 << 63) - 1
+
+
+def index_constant_problem(word: str) -> str | None:
+    """Why the integer literal ``word`` cannot be an index constant, or None.
+
+    Index expressions are evaluated in 64-bit integers, so a constant past
+    int64 would wrap around silently in the compiled code; it is refused where
+    it is written.  (Smaller constants that could still overflow once sizes
+    are added are refused by :func:`tcc.ir.index_range.check_index_range`.)
+    """
+    if int(word) <= INT64_MAX:
+        return None
+    return (f"index constant {quote_number(word)} is out of the 64-bit range (at most 2**63 - 1): "
+            f"index arithmetic with it may overflow 64-bit integer arithmetic")
+
+
+def _is_finite_float(kind: str, word: str) -> bool:
+    """Whether the literal ``word`` has a finite float64 value.
+
+    Every number of the language is one: a value is computed in float64 (an
+    integer literal in an expression converts to it) and an index constant is
+    an int64, a subset.  A float literal that overflows would be inf and an
+    integer one would raise OverflowError wherever it is converted, so both
+    are refused here, where the caret can point at them.
+    """
+    try:
+        value = float(word) if kind == "FLOAT" else float(int(word))
+    except OverflowError:
+        return False
+    return value not in (float("inf"), float("-inf"))
 
 
 class Token:
@@ -154,10 +208,8 @@ def tokenize(text: str, source: SourceMap | None = None) -> Iterator[Token]:
                 raise err(f"malformed number '{word}'", start)
             if kind == "INT" and len(word) > _MAX_INT_DIGITS:
                 raise err("integer literal is too long", start)
-            if kind == "FLOAT":
-                value = float(word)
-                if value in (float("inf"), float("-inf")):
-                    raise err(f"number out of range '{word}'", start)
+            if not _is_finite_float(kind, word):
+                raise err(f"number out of range {quote_number(word)}", start)
             yield Token(kind, word, line, col, start, i)
         else:
             for op in OPERATORS:

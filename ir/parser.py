@@ -60,7 +60,7 @@ from .cond_parser import ConditionParser, select
 from .user_functions import FunctionDefinitions
 from .index_parser import IndexDeclarations
 from .index import Affine, And, Cond
-from .lexer import KEYWORDS, Token, tokenize
+from .lexer import KEYWORDS, LiteralError, Token, index_constant_problem, tokenize
 from .program import Assumption, Definition, Program, TensorDecl, assumption_error
 from .lippmann import LippmannProblem, is_lippmann, read_lippmann
 
@@ -642,6 +642,8 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
             tok = self.peek()
             if tok.kind == "INT":
                 self.advance()
+                if (problem := index_constant_problem(tok.value)) is not None:
+                    raise LiteralError(problem, tok.loc, self.source)
                 return Affine.constant(int(tok.value))
             if tok.kind == "NAME":
                 if self.peek(1).is_op("[", "("):  # an index array's read, or an error (x[0] in a sum bound)

@@ -76,7 +76,8 @@ def _const_binary(op: str, a: int | float, b: int | float) -> Expr | None:
             else:
                 r = a / b
         elif op == "**":
-            if isinstance(a, int) and isinstance(b, int) and b >= 0 and abs(a) ** b < 2**53:
+            # b < 53 unless |a| <= 1: never compute a power of millions of digits to compare it
+            if isinstance(a, int) and isinstance(b, int) and 0 <= b and (abs(a) <= 1 or b < 53) and abs(a) ** b < 2**53:
                 r = a**b
             else:
                 return None
@@ -84,11 +85,18 @@ def _const_binary(op: str, a: int | float, b: int | float) -> Expr | None:
             return None
     except (OverflowError, ZeroDivisionError):
         return None
-    if isinstance(r, float) and not math.isfinite(r):
-        return None
-    if isinstance(r, complex):
+    if isinstance(r, complex) or not _finite(r):
         return None
     return Const(r)
+
+
+def _finite(value: int | float) -> bool:
+    """Whether a folded constant is a finite float64, as every literal is (the lexer refuses others):
+    an int past float range would print as a literal that does not parse, and no backend converts it."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 #: Number of ``Const`` factors on the left spine of a ``*`` node (``x * 3 * y * 2`` has 2).
@@ -135,9 +143,12 @@ def _merge_constant_factors(n: Binary) -> Expr:
     if len(consts) < 2:
         return n
     value: int | float = 1
-    for i in consts:
-        value = value * factors[i].value  # type: ignore[union-attr]
-    if isinstance(value, float) and not math.isfinite(value):
+    try:
+        for i in consts:
+            value = value * factors[i].value  # type: ignore[union-attr]
+    except OverflowError:  # an int product past float range, times a float
+        return n
+    if not _finite(value):
         return n
     kept = [f for i, f in enumerate(factors) if i not in consts[1:]]
     kept[consts[0]] = Const(value)

@@ -1,0 +1,129 @@
+"""Extremes: literals beyond float64 or int64, sizes whose buffers cannot exist, outputs that cannot seek.
+
+Each case was once a raw Python error (OverflowError, NumPy's ValueError,
+zipfile's struct.error) or a silent wrong value; each must now be a clear
+``error:`` line -- with the position of the literal where there is one --
+from the API (:func:`tcc.parse`, :func:`tcc.compile`, :func:`tcc.run`) and
+from ``tcc`` (:func:`tcc.driver.main`, exit 1, no traceback).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tcc
+from tcc.driver import main
+from tcc.ir.printer import format_program
+
+HUGE_INT = "1" + "0" * 400  # beyond float64 (about 1.8e308)
+PAST_INT64 = str(2**63)  # within float64, beyond int64
+
+
+def _cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, *args: str,
+         **arrays: np.ndarray) -> tuple[int, str]:
+    """``tcc run`` on ``source`` with ``arrays``; its exit code and stderr."""
+    src = tmp_path / "p.tcc"
+    src.write_text(source, encoding="utf-8")
+    argv = ["run", str(src), "--output", str(tmp_path / "out.npz"), *args]
+    if arrays:
+        np.savez(tmp_path / "in.npz", **arrays)
+        argv += ["--inputs", str(tmp_path / "in.npz")]
+    capsys.readouterr()
+    rc = main(argv)
+    return rc, capsys.readouterr().err
+
+
+# -- literals ---------------------------------------------------------------
+
+#: (source, the literal's line and column, the message's start): a literal in every position
+BAD_LITERALS = [
+    (f"input x[n]\ny[i] = x[i] * {HUGE_INT}\n", 2, 15, "number out of range '1000000000000000...00000000' (401"),
+    (f"input x[n]\ny[i] = x[i] ** {HUGE_INT}\n", 2, 16, "number out of range"),
+    ("input x[n]\ny[i] = x[i] ** 1e400\n", 2, 16, "number out of range '1e400'"),
+    ("input x[n]\ny[i] = x[i] * -1.5e309\n", 2, 16, "number out of range '1.5e309'"),
+    (f"input x[n]\ny[i] = x[i + {HUGE_INT}]\n", 2, 14, "number out of range"),
+    (f"input x[n]\ny[i] = x[i + {PAST_INT64}]\n", 2, 14, f"index constant '{PAST_INT64}' is out of the 64-bit range"),
+    (f"input x[n]\ny[i] = x[i - {PAST_INT64}]\n", 2, 14, "index constant"),
+    (f"input x[n]\ny[i] = x[{PAST_INT64} * i]\n", 2, 10, "index constant"),
+    (f"input x[{PAST_INT64}]\ny[i] = x[i]\n", 1, 9, "index constant"),
+    (f"input x[n]\ny = sum[k: 0..{PAST_INT64}](x[0])\n", 2, 15, "index constant"),
+    (f"input x[n]\ny = sum[k: 0..{HUGE_INT}](x[0])\n", 2, 15, "number out of range"),
+    (f"input x[n]\nassume n < {PAST_INT64}\ny[i] = x[i]\n", 2, 12, "index constant"),
+    # a where condition is read as a comparison of values where the index reading fails:
+    # the constant must not slip through as an inexact float
+    (f"input x[n]\ny[i] = where(i - {PAST_INT64} < 5, x[i], 0)\n", 2, 18, "index constant"),
+    (f"input x[n]\ny[i] = where(x[i] < 0 and i > {PAST_INT64}, x[i], 0)\n", 2, 31, "index constant"),
+    (f"input x[n]\ny[i] = where(x[i] < {HUGE_INT}, x[i], 0)\n", 2, 21, "number out of range"),
+    (f"input x[n]\ny[i] = x[i] * ((((({HUGE_INT})))))\n", 2, 20, "number out of range"),
+]
+
+
+@pytest.mark.parametrize("source,line,col,start", BAD_LITERALS)
+def test_a_literal_out_of_range_is_an_error_at_its_position(source: str, line: int, col: int, start: str) -> None:
+    with pytest.raises(tcc.TccError) as info:
+        tcc.parse(source)
+    err = info.value
+    assert err.message.startswith(start)
+    assert (err.loc.line, err.loc.col) == (line, col)
+    assert err.render().splitlines()[2] == " " * (col - 1) + "^"
+
+
+@pytest.mark.parametrize("source,line,col,start", BAD_LITERALS[:6])
+def test_tcc_run_reports_a_literal_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                source: str, line: int, col: int, start: str) -> None:
+    rc, err = _cli(tmp_path, capsys, source, x=np.arange(4.0))
+    assert rc == 1
+    assert err.startswith(f"{tmp_path / 'p.tcc'}:{line}:{col}: error: {start}")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("literal", [
+    "1" + "0" * 308,  # float64 holds it: 1e308
+    str(2**63 - 1),  # the largest index constant (in a value: a float)
+    "179769313486231570000" + "0" * 288,  # float64's largest, as an integer
+    "1.7976931348623157e308",
+    "1e-400",  # underflows to 0, as in C and Python: not an error
+    "4.9e-324",
+])
+def test_the_largest_value_literals_are_accepted_and_round_trip(literal: str) -> None:
+    source = f"input x[n]\ny[i] = x[i] * {literal}\n"
+    program = tcc.parse(source)
+    again = tcc.parse(format_program(program))
+    assert format_program(again) == format_program(program)
+    x = np.array([1.0, 0.5])
+    want = x * float(int(literal) if literal.isdigit() else float(literal))
+    np.testing.assert_array_equal(tcc.run(program, {"x": x})["y"], want)
+    np.testing.assert_array_equal(tcc.compile(program)(x=x)["y"], want)
+
+
+def test_the_largest_index_constant_is_accepted_and_round_trips() -> None:
+    # i - (2**63 - 1) + (2**63 - 1) would overflow: refused as before, but a constant of int64 parses
+    program = tcc.parse(f"input x[n]\nassume n < {2**63 - 1}\ny[i] = x[i]\n")
+    assert format_program(tcc.parse(format_program(program))) == format_program(program)
+    np.testing.assert_array_equal(tcc.run(program, {"x": np.arange(3.0)})["y"], np.arange(3.0))
+
+
+def test_folding_constants_keeps_them_within_float64() -> None:
+    # the derivative of x**B * B folds B * B = 10**600: kept as a product, it prints as a program
+    # that parses, and compiles (the fold once raised OverflowError in the backend)
+    big = "1" + "0" * 300
+    d = tcc.grad(f"input x[n]\ny = sum[i](x[i]**{big} * {big})\n", of="y", wrt="x")
+    assert tcc.parse(format_program(d)) is not None
+    out = tcc.compile(d)(x=np.array([1.0, 0.0]), dy=np.array(1.0))["dx"]
+    assert np.isposinf(out[0]) and np.isnan(out[1])  # 1e600 is inf in float64; inf * 0 is nan
+
+
+def test_folding_a_product_past_float64_times_a_float_leaves_it_unfolded() -> None:
+    big = "1" + "0" * 300
+    f = tcc.compile(tcc.transform(f"input x\ny = x * {big} * {big} * 0.5 * x\n", "simplify"))
+    assert np.isposinf(f(x=np.array(1.0))["y"])
+
+
+def test_folding_a_power_of_huge_exponent_does_not_compute_it() -> None:
+    # 3**100000000000 has 4.8e10 digits: simplify once tried to compute it to compare with 2**53
+    d = tcc.grad("input x[n]\ny[i] = x[i] * 3**100000000000\n", of="y", wrt="x")
+    assert "3**100000000000" in format_program(d)
