@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import stat
 import sys
@@ -191,9 +192,12 @@ def _parse_sizes(text: str | None) -> dict[str, int] | None:
         try:
             if not eq or not key:
                 raise ValueError
-            sizes[key] = int(value.strip())
+            number = int(value.strip())
         except ValueError:
             raise TccError(f"--sizes expects name=integer pairs like n=4,m=3, got '{text}'") from None
+        if key in sizes:  # the last would silently win
+            raise TccError(f"--sizes gives size '{key}' twice, in '{text}'")
+        sizes[key] = number
     return sizes
 
 
@@ -242,17 +246,22 @@ def _replace_file(path: str, write: Callable[[IO[bytes]], None]) -> None:
     umask's for a new file (mkstemp's 0600 would surprise).  A symlink is
     followed, so the link stays; something that is not a regular file
     (``/dev/null``, a FIFO) is written in place: there is nothing to keep, and
-    renaming over a device would replace the device.
+    renaming over a device would replace the device.  That output gets the
+    bytes written to memory first (a writer may seek, as zipfile does, and a
+    pipe cannot), then streamed; it is opened by its own name, as
+    ``/dev/stdout`` names a pipe that its resolved path does not.
     """
-    target = os.path.realpath(path)
     try:
-        old: os.stat_result | None = os.stat(target)
+        old: os.stat_result | None = os.stat(path)  # follows a symlink
     except FileNotFoundError:
         old = None
     if old is not None and not stat.S_ISREG(old.st_mode):
-        with open(target, "wb") as fh:
-            write(fh)
+        data = io.BytesIO()
+        write(data)
+        with open(path, "wb") as fh:
+            fh.write(data.getbuffer())
         return
+    target = os.path.realpath(path)
     directory, base = os.path.split(target)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".tmp")
     try:

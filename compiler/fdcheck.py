@@ -36,7 +36,7 @@ from tcc.index_inputs import random_index_inputs
 from tcc.ir.diagnostics import TccError
 from tcc.passes.infer_ranges import InferRanges
 from tcc.pipeline import derivative_pipeline, run_pipeline
-from tcc.sizes import extents_shape
+from tcc.sizes import check_allocations, extents_shape
 from tcc.targets import available_targets
 
 DEFAULT_SIZES = (5, 4, 6, 3, 7)
@@ -128,13 +128,14 @@ def check_gradients(
     seed_decl, grads = _seed_and_gradients(src, deriv, wrt)
 
     rng = np.random.default_rng(seed)
+    shapes = {decl.name: _shape(decl.extents, bound, f"input '{decl.name}'") for decl in src.inputs}
+    seed_shape = _shape(seed_decl.extents, bound, f"seed input '{seed_decl.name}'")
+    check_allocations([("input", n, shape, 8) for n, shape in shapes.items()] + [("seed input", seed_decl.name, seed_shape, 8)])
     inputs: dict[str, Any] = {}
     for decl in src.inputs:
-        shape = _shape(decl.extents, bound, f"input '{decl.name}'")
         if not decl.is_index:
-            inputs[decl.name] = rng.uniform(low, high, size=shape).astype(np.float64)
+            inputs[decl.name] = rng.uniform(low, high, size=shapes[decl.name]).astype(np.float64)
     inputs.update(random_index_inputs(src, bound, rng))  # integers in their declared ranges, never perturbed
-    seed_shape = _shape(seed_decl.extents, bound, f"seed input '{seed_decl.name}'")
     seed_arr = rng.uniform(low, high, size=seed_shape).astype(np.float64)
 
     run = _runner(target, src, deriv)

@@ -61,7 +61,7 @@ from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import IndexCache
 from tcc.result_pool import ResultPool
 from tcc.scratch_pool import ScratchPool, reuse
-from tcc.sizes import bind_sizes, extents_shape, format_decl
+from tcc.sizes import bind_sizes, check_allocations, extents_shape, format_decl
 
 __all__ = [
     "CallError", "CompiledProgram", "blas_limit", "default_threads", "pool_size", "run_extern", "run_parallel",
@@ -565,6 +565,12 @@ class CompiledProgram:
             except TccError as exc:  # a violated `assume` keeps its line: the CLI shows it
                 raise CallError(exc.message, exc.loc, exc.source) from None
             shapes = {b.name: extents_shape(b.shape, sizes) for b in self.loops.buffers if b.role != "input"}
+            try:  # before any allocation: a size bound by an empty input can make a buffer that cannot exist
+                check_allocations(("temporary" if b.role == "temp" else "result", b.name, shapes[b.name],
+                                   8 if b.bound is not None else self.dtype.itemsize)
+                                  for b in self.loops.buffers if b.role != "input")
+            except TccError as exc:
+                raise CallError(exc.message) from None
             if len(self._bound) >= 64:
                 self._bound.clear()
             hit = self._bound[key] = (sizes, shapes)

@@ -25,7 +25,8 @@ so the interpreter and every target agree.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from tcc.ir.index_range import (  # re-exported: the index range moved to ir/ (t
 from tcc.ir.program import Program, TensorDecl
 
 __all__ = [
-    "bind_sizes", "as_input_array", "extents_shape", "format_decl",
+    "bind_sizes", "as_input_array", "extents_shape", "format_decl", "check_allocations", "MAX_BUFFER_BYTES",
     "INDEX_LIMIT", "check_index_range", "check_index_ranges", "check_program_index_ranges", "cond_affines",
 ]
 
@@ -80,6 +81,56 @@ def _input_shape(name: str, value: Any) -> tuple[int, ...]:
 def extents_shape(extents: tuple[Affine, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
     """Evaluate extents (affine in size names) to a shape of Python ints."""
     return tuple(int(e.evaluate(sizes)) for e in extents)
+
+
+#: The most bytes one buffer -- and all that a call allocates together -- may take.  Compiled code
+#: addresses an element with a 64-bit byte offset, and NumPy's sizes are ssize_t: past this an array
+#: cannot exist (NumPy raises a bare ValueError) and its offsets would wrap around.
+MAX_BUFFER_BYTES = (1 << 63) - 1
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes, in the largest binary unit that keeps the number at least 1."""
+    value, units = float(n), ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+    unit = 0
+    while value >= 1024 and unit < len(units) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{n} bytes" if unit == 0 else f"{value:.3g} {units[unit]}"
+
+
+def check_allocations(buffers: Iterable[tuple[str, str, tuple[int, ...], int]]) -> None:
+    """Refuse a call whose buffers cannot exist, before anything is allocated or launched.
+
+    ``buffers``: ``(kind, name, shape, itemsize)`` for every array the call
+    allocates (results, locals, temporaries).  Sizes are bound from input
+    shapes, and an empty input binds a size with no memory: ``x[n, m]`` given
+    an array of shape ``(2**40, 0)`` makes a result ``y[n, n]`` of 2**80
+    elements.  Element counts and bytes are computed with Python ints (NumPy's
+    products would wrap), and each buffer, and their sum, must stay within
+    :data:`MAX_BUFFER_BYTES`: that keeps every element's 64-bit offset, the
+    linearised index of every in-bounds access included, exact.  A shape with
+    a negative extent is left to the caller's own message.  Smaller requests
+    than this that the machine cannot meet end in MemoryError (the command
+    line's ``error: out of memory``).
+    """
+    total = 0
+    for kind, name, shape, itemsize in buffers:
+        if any(s < 0 for s in shape):
+            continue
+        count = math.prod(shape)
+        nbytes = count * itemsize
+        total += nbytes
+        if nbytes > MAX_BUFFER_BYTES:
+            raise TccError(
+                f"{kind} '{name}' is too large: its shape {shape} for these sizes has {count} elements "
+                f"of {itemsize} bytes ({_bytes(nbytes)}), more than can be allocated "
+                f"(a buffer holds at most 2**63 - 1 bytes: compiled code addresses it with 64-bit offsets)"
+            )
+    if total > MAX_BUFFER_BYTES:
+        raise TccError(
+            f"the buffers of this call are too large: {_bytes(total)} together for these sizes, "
+            f"more than can be allocated (at most 2**63 - 1 bytes)"
+        )
 
 
 def _single_unknown(e: Affine, bound: Mapping[str, int]) -> tuple[str, int, int] | None:

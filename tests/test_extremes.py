@@ -8,7 +8,11 @@ from ``tcc`` (:func:`tcc.driver.main`, exit 1, no traceback).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -127,3 +131,108 @@ def test_folding_a_power_of_huge_exponent_does_not_compute_it() -> None:
     # 3**100000000000 has 4.8e10 digits: simplify once tried to compute it to compare with 2**53
     d = tcc.grad("input x[n]\ny[i] = x[i] * 3**100000000000\n", of="y", wrt="x")
     assert "3**100000000000" in format_program(d)
+
+
+# -- sizes whose buffers cannot exist ------------------------------------------
+
+N40 = 2**40  # the largest size; an empty array binds it with no memory
+OUTER = "input x[n, m]\noutput y[n, n]\ny[i, j] = 1 + sum[k](x[i, k]) + sum[k](x[j, k])\n"
+LOCAL = "input x[n, m]\nlocal t[n, n]\nt[i, j] = sum[k](x[i, k] * x[j, k])\ns = sum[i, j](t[i, j])\n"
+# two results of 5.2e18 bytes each: each one fits, together they do not
+TWO = "input x[n, m]\noutput y[n, n], z[n, n]\ny[i, j] = 1 + sum[k](x[i, k])\nz[i, j] = 2 + sum[k](x[j, k])\n"
+
+
+@pytest.mark.parametrize("source,n,message", [
+    (OUTER, N40, f"result 'y' is too large: its shape ({N40}, {N40}) for these sizes has {N40**2} elements"),
+    (LOCAL, N40, f"result 't' is too large: its shape ({N40}, {N40})"),
+    (LOCAL, 2**32, f"result 't' is too large: its shape ({2**32}, {2**32}) for these sizes has {2**64} elements"),
+    (OUTER, 2**30, "more than can be allocated"),  # 2**60 elements: the count fits int64, the bytes do not
+    (TWO, 805306368, "the buffers of this call are too large"),
+])
+@pytest.mark.parametrize("how", ["interpreter", "cpu", "cuda-sim"])
+def test_a_buffer_too_large_to_exist_is_refused_before_allocation(source: str, n: int, message: str, how: str) -> None:
+    x = np.empty((n, 0))
+    with pytest.raises(tcc.TccError) as info:
+        if how == "interpreter":
+            tcc.run(source, {"x": x})
+        else:
+            tcc.compile(source, how)(x=x)
+    assert message in info.value.message
+    assert "more than can be allocated" in info.value.message
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_tcc_run_refuses_a_result_too_large_to_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     reference: bool) -> None:
+    rc, err = _cli(tmp_path, capsys, OUTER, *(["--reference"] if reference else []), x=np.empty((N40, 0)))
+    assert rc == 1
+    assert err.startswith(f"error: result 'y' is too large: its shape ({N40}, {N40})")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("sizes,message", [
+    (f"n={2**32}", f"error: input 'x' is too large: its shape ({2**32}, {2**32})"),
+    ("n=-1", "error: size 'n' must be non-negative, got -1"),
+    ("n=1e400", "error: --sizes expects name=integer pairs like n=4,m=3, got 'n=1e400'"),
+    ("n=4,n=5", "error: --sizes gives size 'n' twice, in 'n=4,n=5'"),
+])
+def test_tcc_check_refuses_sizes_it_cannot_draw_inputs_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           sizes: str, message: str) -> None:
+    src = tmp_path / "p.tcc"
+    src.write_text("input x[n, n]\ny = sum[i, j](x[i, j] * x[i, j])\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["check", str(src), "--of", "y", "--wrt", "x", "--sizes", sizes]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message)
+    assert "Traceback" not in err
+
+
+# -- outputs that cannot seek ----------------------------------------------------
+
+SCALE = "input x[n]\ny[i] = 2 * x[i]\n"
+
+
+def _run_to(tmp_path: Path, output: str) -> int:
+    src = tmp_path / "p.tcc"
+    src.write_text(SCALE, encoding="utf-8")
+    np.savez(tmp_path / "in.npz", x=np.arange(4.0))
+    return main(["run", str(src), "--inputs", str(tmp_path / "in.npz"), "--output", output])
+
+
+def test_tcc_run_writes_to_dev_null(tmp_path: Path) -> None:
+    # zipfile seeks back to patch each member's header: an internal error (struct.error) on a device
+    assert _run_to(tmp_path, os.devnull) == 0
+
+
+def test_tcc_run_writes_to_a_fifo_read_by_another_thread(tmp_path: Path) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        rc = _run_to(tmp_path, str(fifo))
+    finally:
+        if reader.is_alive() and not received:  # unblock the reader if the writer never opened it
+            with contextlib.suppress(OSError), open(fifo, "wb", opener=_nonblocking):
+                pass
+        reader.join()
+    assert rc == 0
+    assert fifo.exists() and not fifo.is_file()  # written in place, not renamed over
+    with np.load(io.BytesIO(received[0])) as data:
+        np.testing.assert_array_equal(data["y"], 2 * np.arange(4.0))
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def test_tcc_run_writes_to_a_pipe_through_dev_stdout(tmp_path: Path) -> None:
+    src = tmp_path / "p.tcc"
+    src.write_text(SCALE, encoding="utf-8")
+    np.savez(tmp_path / "in.npz", x=np.arange(4.0))
+    proc = subprocess.run([sys.executable, "-m", "tcc", "run", str(src), "--inputs", str(tmp_path / "in.npz"),
+                           "--output", "/dev/stdout", "--reference"], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    with np.load(io.BytesIO(proc.stdout)) as data:
+        np.testing.assert_array_equal(data["y"], 2 * np.arange(4.0))
