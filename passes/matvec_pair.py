@@ -93,6 +93,7 @@ class _Pairing(FreshNames):
         self.buffers = set(self.shapes)
         self.taken = program_names(program)
         self.touched: dict[int, tuple[set[str], set[str]]] = {}  # by kernel index: what touches() found
+        self._ancestors: list[int] | None = None
 
     def product(self, index: int, kernel: Kernel) -> _Product | None:
         ext = kernel.extern
@@ -112,8 +113,7 @@ class _Pairing(FreshNames):
         return _Product(index, a, x, ext.out, flags[0])
 
     def touches(self, index: int) -> tuple[set[str], set[str]]:
-        """The buffers kernel ``index`` reads and those it writes (walked once per kernel: ``schedule``
-        asks about each kernel once per kernel after it)."""
+        """The buffers kernel ``index`` reads and those it writes (each kernel walked once)."""
         hit = self.touched.get(index)
         if hit is None:
             k = self.program.kernels[index]
@@ -122,38 +122,55 @@ class _Pairing(FreshNames):
             self.touched[index] = hit
         return hit
 
-    def depends(self, a: int, b: int) -> bool:
-        """Whether kernel ``b`` must run after kernel ``a`` (``a`` earlier): one writes what the other
-        reads or writes."""
-        ra, wa = self.touches(a)
-        rb, wb = self.touches(b)
-        return bool(wa & (rb | wb) or ra & wb)
+    def ancestors(self) -> list[int]:
+        """For each kernel, the bit set of the earlier kernels it must run after, transitively.
+
+        Kernel ``b`` runs after ``a`` when one writes what the other reads or
+        writes.  For the closure it is enough to follow, per buffer, its last
+        writer (``b`` reads or writes the buffer) and the readers since that
+        write (``b`` writes it): every other conflict is implied through them.
+        One walk over the kernels, so the pass is near-linear in the program
+        (pairwise tests over every pair and every kernel between made the
+        gradient of a 60-step matrix-vector chain take 15 s here).
+        """
+        if self._ancestors is None:
+            last_writer: dict[str, int] = {}
+            readers: dict[str, list[int]] = {}
+            anc: list[int] = []
+            for b in range(len(self.program.kernels)):
+                reads, writes = self.touches(b)
+                preds = {last_writer[n] for n in reads | writes if n in last_writer}
+                preds.update(r for n in writes for r in readers.get(n, ()))
+                mask = 0
+                for a in preds:
+                    mask |= (1 << a) | anc[a]
+                anc.append(mask)
+                for n in reads:
+                    readers.setdefault(n, []).append(b)
+                for n in writes:
+                    last_writer[n] = b
+                    readers[n] = []
+            self._ancestors = anc
+        return self._ancestors
 
     def schedule(self, first: _Product, second: _Product) -> list[int] | None:
         """The kernels between the two products that must run before the pair (those ``second``
-        depends on, transitively), or ``None`` where one of them depends on ``first``: then no
-        point runs both."""
-        if self.depends(first.index, second.index):
+        depends on, transitively), or ``None`` where ``second`` depends on ``first``, directly or
+        through a kernel between: then no point runs both."""
+        anc = self.ancestors()[second.index]
+        if anc >> first.index & 1:
             return None
-        between = range(first.index + 1, second.index)
-        before: set[int] = set()
-        for k in reversed(between):
-            if self.depends(k, second.index) or any(self.depends(k, m) for m in before):
-                before.add(k)
-        after_first: set[int] = set()
-        for k in between:
-            if self.depends(first.index, k) or any(self.depends(m, k) for m in after_first):
-                after_first.add(k)
-        return None if before & after_first else sorted(before)
+        between = anc >> (first.index + 1) & ((1 << (second.index - first.index - 1)) - 1)
+        return [first.index + 1 + k for k in range(between.bit_length()) if between >> k & 1]
 
     def pairs(self) -> list[tuple[_Product, _Product, list[int]]]:
         found = [p for i, k in enumerate(self.program.kernels) if (p := self.product(i, k)) is not None]
-        used: set[int] = set()
+        used = 0  # bit set of the kernels inside a chosen pair's span
         out = []
         for n, first in enumerate(found):
             for second in found[n + 1:]:
-                if (second.matrix != first.matrix or second.transposed == first.transposed
-                        or any(k in used for k in range(first.index, second.index + 1))):
+                span = ((1 << (second.index + 1)) - 1) ^ ((1 << first.index) - 1)
+                if second.matrix != first.matrix or second.transposed == first.transposed or used & span:
                     continue  # pairs never interleave: each reorders only the kernels inside its own span
                 cols = self.shapes[first.matrix][1]
                 if cols.is_constant and 8 * cols.const > self.max_row_bytes:
@@ -165,7 +182,7 @@ class _Pairing(FreshNames):
                     logger.debug("%s and %s: no point runs both (%s needs what needs %s)",
                                  first.out, second.out, second.out, first.out)
                     continue
-                used |= set(range(first.index, second.index + 1))
+                used |= span
                 out.append((first, second, before))
         return out
 

@@ -169,3 +169,38 @@ def test_long_product_gradient_is_right(constants):
     # and central differences of the function itself, through the reference interpreter
     results = tcc.check(program, of="f", wrt="x", target="reference", low=0.9, high=1.1, sizes={"n": 5})
     assert all(r.ok for r in results), [r.checked() for r in results]
+
+
+def test_matvec_pair_work_grows_near_linearly_with_the_chain(monkeypatch):
+    """``matvec-pair`` decides which kernels move with each candidate pair; testing every
+    kernel between against every other made the gradient of a 60-step chain spend 15 s there
+    (N**4 dependency tests).  Count the Python calls made inside the pass instead of seconds."""
+    import sys
+
+    import tcc.passes.matvec_pair as mvp
+
+    original = mvp._Pairing.run
+    calls = 0
+
+    def counted(self):  # noqa: ANN001, ANN202
+        nonlocal calls
+
+        def profile(frame, event, arg):  # noqa: ANN001, ANN202, ARG001
+            nonlocal calls
+            if event == "call":
+                calls += 1
+
+        sys.setprofile(profile)
+        try:
+            return original(self)
+        finally:
+            sys.setprofile(None)
+
+    monkeypatch.setattr(mvp._Pairing, "run", counted)
+    counts = []
+    for steps in (10, 20, 40):
+        calls = 0
+        tcc.compile(tcc.grad(tcc.parse(matvec_chain(steps)), of="f", wrt="x"))
+        counts.append(calls)
+    # about 2x per doubling (the pairs are tested in O(pairs) bit-set steps); it was ~16x
+    assert counts[1] <= 3 * counts[0] and counts[2] <= 3 * counts[1], counts
