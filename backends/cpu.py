@@ -263,9 +263,15 @@ def load_object(llvm_module: LLVMModule, object_code: bytes) -> CpuExecutable:
 
     ``llvm_module`` is the optimised module the code was compiled from (its
     L2 program and kernel symbols); it is not parsed.  A symbol the object
-    lacks raises ``RuntimeError`` (a cache entry that does not match).
+    lacks raises ``RuntimeError`` (a cache entry that does not match).  The
+    bytes are validated first (:func:`tcc.backends.objcheck.check_object`,
+    ``ObjectFileError``, a ``ValueError``): LLVM's object parser and
+    RuntimeDyld crash the process on a malformed file instead of raising.
     """
+    from tcc.backends.objcheck import check_object
+
     _check_host_module(llvm_module)
+    check_object(object_code)
     _ensure_libm()
     with _LOCK:
         initialize_host()
