@@ -344,32 +344,6 @@ def index_value(ix: Affine) -> Expr:
     return out
 
 
-def index_affine(e: Expr) -> Affine | None:
-    """The index expression an integer-valued ``e`` computes (the inverse of :func:`index_value`),
-    or None when ``e`` is not built of index values and integer literals by ``+``, ``-`` and
-    integer scaling; the parser uses it to read ``k // 2`` in a value."""
-    if is_index_value(e):
-        return e.indices[0]
-    if isinstance(e, Const):
-        v = e.value
-        return Affine.constant(v) if isinstance(v, int) and not isinstance(v, bool) else None
-    if isinstance(e, Unary) and e.op == "neg":
-        a = index_affine(e.operand)
-        return None if a is None else -a
-    if isinstance(e, Binary) and e.op in ("+", "-", "*"):
-        lhs, rhs = index_affine(e.lhs), index_affine(e.rhs)
-        if lhs is None or rhs is None:
-            return None
-        if e.op == "+":
-            return lhs + rhs
-        if e.op == "-":
-            return lhs - rhs
-        if lhs.is_constant:
-            return rhs * lhs.const
-        return lhs * rhs.const if rhs.is_constant else None
-    return None
-
-
 def is_index_value(e: Expr) -> bool:
     """``#index[e]``: an index expression used as a value (see :data:`INDEX_VALUE`)."""
     return isinstance(e, Access) and e.tensor == INDEX_VALUE

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .expr import INDEX_VALUE, Access, Binary, Const, Expr, Unary, is_index_value
 from .index import Affine, Lookup, format_affine
 from .program import DERIVED_INDEX, TensorDecl
 
-__all__ = ["IndexDeclarations"]
+__all__ = ["IndexDeclarations", "index_affine"]
 
 
 class IndexDeclarations:
@@ -36,6 +37,8 @@ class IndexDeclarations:
     index: Any
     index_list: Any
     record: Any
+    unary: Any
+    i: int
     size_names: set[str]
     index_arrays: dict[str, tuple[Affine, TensorDecl, Any]]  # name -> (largest entry, declaration, bound token)
 
@@ -100,6 +103,35 @@ class IndexDeclarations:
         self.record(atom, tok)  # where the read is, for out-of-bounds reports (ir/bounds.py)
         return Affine.atom(atom)
 
+    def index_array_value(self, tok: Any) -> Expr:
+        """``tok[i]`` read as a value (the cursor just past the name): its integer entry, an index value."""
+        self.i -= 1  # back to the name: lookup reads `tok[...]` whole
+        node = Access(INDEX_VALUE, (self.lookup(tok),))
+        self.record(node, tok)
+        return node
+
+    def index_division(self, lhs: Expr, optok: Any) -> Expr:
+        """``k // 2`` or ``(i + j) % 3`` as a value: the integer quotient or remainder of an index
+        expression, as in an index map.
+
+        Derivatives of strided reads carry such quotients into values (``cos(k)``
+        of ``x[2*k]`` differentiates to ``cos((dx_0 // 2))``), and every printed
+        program must parse back, so a value may hold them too.  Both operands
+        must be integers: indices, sizes, index-array reads and integer literals
+        combined by ``+``, ``-`` and ``*`` on the left, a positive literal on the right.
+        """
+        dtok = self.peek()
+        rhs = self.unary()
+        numerator = index_affine(lhs)
+        if numerator is None:
+            raise self.error(f"'{optok.value}' takes integers (indices, sizes, integer literals): "
+                             "use '/' to divide values", optok)
+        divisor = index_affine(rhs)
+        if divisor is None or not divisor.is_constant or divisor.const <= 0:
+            raise self.error(f"the divisor of '{optok.value}' must be a positive integer constant", dtok)
+        a = numerator.floordiv(divisor.const) if optok.value == "//" else numerator.mod(divisor.const)
+        return Access(INDEX_VALUE, (a,)) if not a.is_constant else Const(a.const)
+
     def check_index_bounds(self, st: Any, sizes: set[str]) -> None:
         """Every name in an index array's bound is a size (bound from some input's shape)."""
         for _, decl, btok in self.index_arrays.values():
@@ -108,3 +140,29 @@ class IndexDeclarations:
                     raise self.error(
                         f"the bound {format_affine(decl.bound[1])} of index array '{decl.name}' uses '{n}', "
                         f"which is not a size of any input (sizes: {', '.join(sorted(sizes)) or 'none'})", btok)
+
+
+def index_affine(e: Expr) -> Affine | None:
+    """The index expression an integer-valued ``e`` computes (the inverse of :func:`index_value`),
+    or None when ``e`` is not built of index values and integer literals by ``+``, ``-`` and
+    integer scaling; the parser uses it to read ``k // 2`` in a value."""
+    if is_index_value(e):
+        return e.indices[0]
+    if isinstance(e, Const):
+        v = e.value
+        return Affine.constant(v) if isinstance(v, int) and not isinstance(v, bool) else None
+    if isinstance(e, Unary) and e.op == "neg":
+        a = index_affine(e.operand)
+        return None if a is None else -a
+    if isinstance(e, Binary) and e.op in ("+", "-", "*"):
+        lhs, rhs = index_affine(e.lhs), index_affine(e.rhs)
+        if lhs is None or rhs is None:
+            return None
+        if e.op == "+":
+            return lhs + rhs
+        if e.op == "-":
+            return lhs - rhs
+        if lhs.is_constant:
+            return rhs * lhs.const
+        return lhs * rhs.const if rhs.is_constant else None
+    return None

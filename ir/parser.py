@@ -34,27 +34,8 @@ from .contraction import CONTRACT, parse_contract_args, parse_index_names
 from .diagnostics import Loc, SourceMap, TccError
 from .einstein import TensorExprParser, starts_tensor_expression
 from .expr import (
-    EXTREMES, GRAM,
-    INDEX_VALUE,
-    index_affine,
-    MATMUL,
-    MATRIX_ARITY,
-    MATRIX_FUNCTIONS,
-    UNARY_FUNCTIONS,
-    Access,
-    Binary,
-    Const,
-    CSum,
-    Expr,
-    MatrixFn,
-    format_matrix_call,
-    Reduce,
-    Sum,
-    Unary,
-    Where,
-    bound_vars,
-    free_names,
-    postorder,
+    EXTREMES, GRAM, INDEX_VALUE, MATMUL, MATRIX_ARITY, MATRIX_FUNCTIONS, UNARY_FUNCTIONS, Access, Binary, Const,
+    CSum, Expr, MatrixFn, Reduce, Sum, Unary, Where, bound_vars, format_matrix_call, free_names, postorder,
 )
 from .cond_parser import ConditionParser, select
 from .user_functions import FunctionDefinitions
@@ -391,35 +372,10 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
 
     def term(self) -> Expr:
         lhs = self.unary()
-        while self.peek().is_op("*", "/", "//", "%"):
-            optok = self.advance()
-            if optok.value in ("//", "%"):
-                lhs = self.index_division(lhs, optok)
-            else:
-                lhs = Binary(optok.value, lhs, self.unary())
+        while self.peek().is_op("*", "/", "//", "%"):  # `k // 2` in a value: IndexDeclarations.index_division
+            op = self.advance()
+            lhs = self.index_division(lhs, op) if op.value in ("//", "%") else Binary(op.value, lhs, self.unary())
         return lhs
-
-    def index_division(self, lhs: Expr, optok: Token) -> Expr:
-        """``k // 2`` or ``(i + j) % 3`` as a value: the integer quotient or remainder of an index
-        expression, as in an index map.
-
-        Derivatives of strided reads carry such quotients into values (``cos(k)``
-        of ``x[2*k]`` differentiates to ``cos((dx_0 // 2))``), and every printed
-        program must parse back, so a value may hold them too.  Both operands
-        must be integers: indices, sizes, index-array reads and integer literals
-        combined by ``+``, ``-`` and ``*`` on the left, a positive literal on the right.
-        """
-        dtok = self.peek()
-        rhs = self.unary()
-        numerator = index_affine(lhs)
-        if numerator is None:
-            raise self.error(f"'{optok.value}' takes integers (indices, sizes, integer literals): "
-                             "use '/' to divide values", optok)
-        divisor = index_affine(rhs)
-        if divisor is None or not divisor.is_constant or divisor.const <= 0:
-            raise self.error(f"the divisor of '{optok.value}' must be a positive integer constant", dtok)
-        a = numerator.floordiv(divisor.const) if optok.value == "//" else numerator.mod(divisor.const)
-        return Access(INDEX_VALUE, (a,)) if not a.is_constant else Const(a.const)
 
     def unary(self) -> Expr:
         self.enter()
@@ -506,11 +462,8 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
             known = ", ".join(UNARY_FUNCTIONS + tuple(self.functions))
             raise self.error(f"unknown function '{word}' (functions: {known})", tok)
         indices: tuple[Affine, ...] = ()
-        if word in self.index_arrays and self.peek().is_op("["):  # an index array's entry as a value
-            self.i -= 1  # back to the name: lookup reads `tok[...]` whole
-            node = Access(INDEX_VALUE, (self.lookup(tok),))
-            self.record(node, tok)
-            return node
+        if word in self.index_arrays and self.peek().is_op("["):
+            return self.index_array_value(tok)
         if self.peek().is_op("["):
             indices = self.index_list()
         elif word in self.scope or word in self.size_names:  # an index or a size as a value: `x[i] * i / n`
