@@ -447,13 +447,16 @@ class _Omega:
             hit = self.memo[key] = self._decide(ineqs)
         return hit
 
-    def _decide(self, ineqs: list[IntRow]) -> bool:
+    @staticmethod
+    def _normalised(ineqs: list[IntRow]) -> dict[frozenset, tuple[dict, int]] | None:
+        """The rows divided by their content and tightened, the tightest of each direction kept;
+        None when a constant row is false."""
         rows: dict[frozenset, tuple[dict, int]] = {}
         for coeffs, k in ineqs:
             g = _content(coeffs)
             if g == 0:
                 if k < 0:
-                    return False
+                    return None
                 continue
             norm = {v: c // g for v, c in coeffs.items()}
             k //= g  # integer tightening: g*y >= -k  <=>  y >= ceil(-k/g)
@@ -461,6 +464,12 @@ class _Omega:
             old = rows.get(key)
             if old is None or k < old[1]:
                 rows[key] = (norm, k)
+        return rows
+
+    def _decide(self, ineqs: list[IntRow]) -> bool:
+        rows = self._normalised(ineqs)
+        if rows is None:
+            return False
         # a pair f + k1 >= 0, -f + k2 >= 0 pins f: contradiction or an equality
         for key, (coeffs, k) in rows.items():
             neg = frozenset((v, -c) for v, c in coeffs.items())
