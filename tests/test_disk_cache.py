@@ -129,7 +129,7 @@ print(json.dumps(disk_cache.STATS))
         assert proc.returncode == 0, err
         stats = json.loads(out)
         assert stats["rejected"] == 0 and stats["hits"] + stats["misses"] == 3
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name != disk_cache.KEY_FILE)
     assert len(names) == 8 and all(n.endswith(disk_cache.SUFFIX) and not n.startswith(".") for n in names)
     check = disk_cache.DiskCache(tmp_path, disk_cache.DEFAULT_SIZE)
     assert all(check.load(n[: -len(disk_cache.SUFFIX)]) is not None for n in names)  # every one whole and valid
