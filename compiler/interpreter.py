@@ -17,6 +17,12 @@ How a definition ``f[i, j] = body`` is evaluated
   enclosing indices broadcast unchanged and a subexpression that does not
   mention ``k`` stays small.  The sum axis is processed in blocks so that no
   intermediate exceeds ``max_block`` elements.
+* Every reduction has one evaluation order: its terms are added (maxed)
+  into one accumulator from 0 (-inf, +inf) in order of the summed index,
+  as the compiled loop does, vectorised across the enclosing points only
+  (:func:`_fold`).  So a value is bit-identical whatever the block size or
+  the grid it is evaluated in, and a derivative that compares a recomputed
+  value with a stored one (the tie test of ``max``) finds it equal.
 * An explicit boolean *active* mask is carried along: ``where`` conditions and
   sum ranges narrow it.  Accesses in inactive lanes read clamped indices (so a
   guarded ``where(i >= 1, x[i - 1], 0)`` is fine), but an **active** lane that
@@ -56,7 +62,7 @@ from tcc.ir.program import Program
 
 from .index_inputs import check_index_inputs
 from .window_view import window_contract
-from .sizes import as_input_array, bind_sizes, check_allocations, check_index_range, check_index_ranges, cond_affines, extents_shape
+from .sizes import as_input_array, bind_sizes, check_index_range, check_index_ranges, cond_affines, extents_shape
 
 __all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
 
@@ -222,6 +228,42 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 _COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
 }
+
+
+#: the operation each reduction folds its terms with
+_FOLD: dict[str, np.ufunc] = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+#: a fold across at least this many lanes steps through the summed index in
+#: Python (one vector operation per term); a narrower one runs ``accumulate``,
+#: which is slower per element but has no per-term overhead.  Both give the same bits.
+_LOOP_LANES = 256
+
+
+def _fold(op: np.ufunc, terms: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """``op(...op(op(acc, terms[0]), terms[1])..., terms[-1])`` lane by lane: axis 0 left to right.
+
+    This is the one evaluation order of every reduction of the interpreter,
+    the order of the compiled loop ``acc = acc + term`` (``max(acc, term)``)
+    from 0 (-inf, +inf).  NumPy's own ``sum`` is not usable here: along a
+    contiguous axis it adds pairwise, along another one sequentially, so the
+    rounding of one sum would depend on the shape of the grid block it is
+    evaluated in (a block of one point makes the summed axis contiguous) and
+    on how the summed axis is cut into blocks.  Then a value recomputed in a
+    derivative (``where(sum[k](...) == y[i], ...)``, the tie test of a
+    ``max``) differs from the stored one in its last bit, loses its term, and
+    a tie count of 0 makes the derivative NaN.  ``accumulate`` and a Python
+    loop over axis 0 are both strictly sequential, so they agree bit for bit.
+    """
+    n = terms.shape[0]
+    lanes = terms.size // max(1, n)
+    if n == 1 or lanes >= _LOOP_LANES:
+        for row in terms:
+            acc = op(acc, row)
+        return np.asarray(acc)
+    seq = np.empty((n + 1,) + np.broadcast_shapes(np.shape(acc), terms.shape[1:]), terms.dtype)
+    seq[0] = acc
+    seq[1:] = terms
+    return op.accumulate(seq, axis=0, out=seq)[-1]
 
 
 @dataclass
@@ -409,7 +451,10 @@ class _Evaluator:
         tmax = int(np.broadcast_to(width, live.shape)[live].max())
         step = max(1, self.max_block // max(1, sc.points))
         lead = (1,) * len(sc.shape)
-        total: np.ndarray | None = None
+        # every block of the sum axis continues one accumulator (see _fold): the
+        # result does not depend on the blocking or on the shape of the grid block
+        op = _FOLD[kind]
+        total = identity
         for t0 in range(0, tmax + 1, step):
             t = np.arange(t0, min(t0 + step, tmax + 1), dtype=np.int64).reshape((-1,) + lead)
             act = live & (t <= width)
@@ -417,14 +462,8 @@ class _Evaluator:
                 continue
             inner = _Scope({**sc.env, node.var: lo + t}, (t.shape[0],) + sc.shape)
             body = yield self.step(node.body, inner, act)
-            if kind == "sum":
-                part = np.where(act, body, self.zero).sum(axis=0, dtype=self.dtype)
-                total = part if total is None else total + part
-            else:
-                part = getattr(np.where(act, body, identity), kind)(axis=0)
-                total = part if total is None else (np.maximum if kind == "max" else np.minimum)(total, part)
-        out = identity if total is None else total
-        return np.where(live, out, identity) if kind != "sum" else out
+            total = _fold(op, np.where(act, body, identity), total)
+        return np.where(live, total, identity) if kind != "sum" else total
 
     def lower_csum(self, node: CSum) -> Expr:
         hit = self.csums.get(id(node))
@@ -529,7 +568,6 @@ def evaluate(
             raise TccError(f"definition '{d.name}' has no known extents; run infer-ranges first")
         _check_ranged(d.body, f"definition '{d.name}'")
     sizes = bind_sizes(program, inputs)
-    check_allocations(("result", d.name, extents_shape(d.extents or (), sizes), dtype.itemsize) for d in program.definitions)
     lookup_env = {LOOKUP_ENV + n: _reader(a) for n, a in check_index_inputs(program, inputs, sizes).items()}
     tensors: dict[str, np.ndarray] = {}
     for decl in program.inputs:
