@@ -6,11 +6,17 @@ directory; in-process tests turn the in-memory cache off
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import pickle
+import stat
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -371,3 +377,245 @@ def test_the_key_changes_with_the_host_cpu_and_the_versions(monkeypatch: pytest.
         monkeypatch.undo()
         disk_cache._environment.cache_clear()
     assert disk_cache.entry_key(*args) == key
+
+
+# ---------------------------------------------------------------------------
+# entries someone else wrote never run (docs/cache.md, "Threat model")
+# ---------------------------------------------------------------------------
+FOREIGN_UID = 65534  # "nobody": a file chowned to it stands for another local user's
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+class _Plant:
+    """Unpickling this calls ``open(marker, "w")``: a planted entry that is unpickled leaves the marker."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204
+        return open, (str(self.marker), "w")
+
+
+def sealed(key: str, payload: bytes, mac: bytes) -> bytes:
+    """An entry in the documented layout: magic, format version, key, payload length, a 32-byte MAC, payload."""
+    return struct.pack("<8sI64sQ32s", b"TCCCACHE", disk_cache.FORMAT_VERSION, key.encode(), len(payload), mac) + payload
+
+
+def authenticated(key: str, payload: bytes, secret: bytes) -> bytes:
+    """An entry whose MAC is the HMAC-SHA256 under ``secret`` of the header before the MAC and the payload."""
+    prefix = sealed(key, payload, b"\0" * 32)[:84]
+    return sealed(key, payload, hmac.new(secret, prefix + payload, hashlib.sha256).digest())
+
+
+def planted_payload(marker: Path) -> bytes:
+    return zlib.compress(pickle.dumps(_Plant(marker)))
+
+
+def key_of(path: Path) -> str:
+    return path.name[: -len(disk_cache.SUFFIX)]
+
+
+@pytest.mark.parametrize("mac", ["checksum", "other-key", "zeros"])
+def test_a_planted_entry_never_runs(cache: Path, tmp_path: Path, mac: str) -> None:
+    """A well-formed entry under the program's key whose MAC is not ours: a miss; nothing is unpickled."""
+    x = np.linspace(-1.0, 1.0, 9)
+    expected = tcc.compile(scaled(0))(x=x)["y"]
+    [path] = entries(cache)
+    marker = tmp_path / "planted-code-ran"
+    payload = planted_payload(marker)
+    forged = {"checksum": sealed(key_of(path), payload, hashlib.sha256(payload).digest()),
+              "other-key": authenticated(key_of(path), payload, b"an attacker's own secret key 32b"),
+              "zeros": sealed(key_of(path), payload, b"\0" * 32)}[mac]
+    path.write_bytes(forged)
+    before = counts()
+    np.testing.assert_array_equal(tcc.compile(scaled(0))(x=x)["y"], expected)
+    assert not marker.exists()
+    assert delta(before) == {"hits": 0, "misses": 1, "stores": 1, "rejected": 1}
+    before = counts()
+    tcc.compile(scaled(0))  # replaced by our own entry
+    assert delta(before)["hits"] == 1 and not marker.exists()
+
+
+def test_entries_are_authenticated_with_the_users_secret(cache: Path) -> None:
+    """The secret is 32 bytes in a 0600 file of ours; every entry's MAC is its HMAC, checked before unpickling."""
+    tcc.compile(scaled(0))
+    [path] = entries(cache)
+    key_file = cache / disk_cache.KEY_FILE
+    st = key_file.lstat()
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 32
+    data = path.read_bytes()
+    assert data == authenticated(key_of(path), data[116:], key_file.read_bytes())
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="making a file another user's needs root (chown)")
+def test_an_unusable_entry_is_removed_only_when_it_is_ours(cache: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    tcc.compile(scaled(0))
+    tcc.compile(scaled(1))
+    ours, theirs = entries(cache)
+    marker = tmp_path / "planted-code-ran"
+    for path in (ours, theirs):
+        path.write_bytes(sealed(key_of(path), planted_payload(marker), b"\0" * 32))
+    os.chown(theirs, FOREIGN_UID, FOREIGN_UID)
+    monkeypatch.setattr(disk_cache.DiskCache, "store", lambda *args: False)  # look at what a load leaves
+    before = counts()
+    tcc.compile(scaled(0))
+    tcc.compile(scaled(1))
+    assert delta(before) == {"hits": 0, "misses": 2, "stores": 0, "rejected": 2} and not marker.exists()
+    assert not ours.exists() and theirs.exists() and theirs.stat().st_uid == FOREIGN_UID
+
+
+def test_a_directory_writable_by_others_without_the_sticky_bit_is_refused(cache: Path) -> None:
+    cache.mkdir()
+    for mode in (0o777, 0o770, 0o722):
+        cache.chmod(mode)
+        before = counts()
+        x = np.arange(3.0)
+        np.testing.assert_allclose(tcc.compile(scaled(0))(x=x)["y"], x * 2 + np.sin(x), rtol=1e-15)
+        assert delta(before) == {"hits": 0, "misses": 1, "stores": 0, "rejected": 0}
+        assert list(cache.iterdir()) == []  # neither an entry nor a key written
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="making a directory another user's needs root (chown)")
+def test_a_directory_owned_by_someone_else_is_refused(cache: Path) -> None:
+    cache.mkdir(mode=0o700)
+    os.chown(cache, FOREIGN_UID, FOREIGN_UID)
+    before = counts()
+    tcc.compile(scaled(0))
+    tcc.compile(scaled(0))
+    assert delta(before) == {"hits": 0, "misses": 2, "stores": 0, "rejected": 0} and list(cache.iterdir()) == []
+
+
+def test_a_shared_sticky_directory_keeps_the_key_in_the_users_own_directory(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A team directory (mode 1777, ours): entries go there, the secret into the private default directory."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+    monkeypatch.setenv("HOME", str(home))
+    cache.mkdir()
+    cache.chmod(0o1777)
+    tcc.compile(scaled(0))
+    before = counts()
+    tcc.compile(scaled(0))
+    assert delta(before)["hits"] == 1
+    assert [p.name for p in cache.iterdir()] == [p.name for p in entries(cache)]  # no key in the shared directory
+    private = home / "xdg" / "tcc"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE((private / disk_cache.KEY_FILE).stat().st_mode) == 0o600
+
+
+def _bad_key_file(cache: Path, kind: str) -> None:
+    key_file = cache / disk_cache.KEY_FILE
+    if kind == "readable":
+        key_file.chmod(0o644)
+    elif kind == "short":
+        key_file.write_bytes(b"12345")
+    elif kind == "symlink":
+        target = cache.parent / "elsewhere"
+        target.write_bytes(key_file.read_bytes())
+        target.chmod(0o600)
+        key_file.unlink()
+        key_file.symlink_to(target)
+    else:
+        os.chown(key_file, FOREIGN_UID, FOREIGN_UID)
+
+
+@pytest.mark.parametrize("kind", ["readable", "short", "symlink", "foreign"])
+def test_a_key_file_that_is_not_private_turns_the_cache_off(cache: Path, kind: str) -> None:
+    if kind == "foreign" and not IS_ROOT:
+        pytest.skip("making a file another user's needs root (chown)")
+    tcc.compile(scaled(0))
+    [path] = entries(cache)
+    _bad_key_file(cache, kind)
+    before = counts()
+    x = np.arange(3.0)
+    np.testing.assert_allclose(tcc.compile(scaled(0))(x=x)["y"], x * 2 + np.sin(x), rtol=1e-15)
+    tcc.compile(scaled(1))
+    assert delta(before) == {"hits": 0, "misses": 2, "stores": 0, "rejected": 0}
+    assert entries(cache) == [path]  # nothing written or read under a key that others may know
+
+
+# ---------------------------------------------------------------------------
+# an authenticated entry with a malformed object file is a miss, not a crash
+# ---------------------------------------------------------------------------
+COMPILE_ONE = f"""
+import json, resource
+import numpy as np, tcc
+from tcc import disk_cache
+resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))  # a runaway read fails fast, not the machine
+x = np.linspace(-1.0, 1.0, 9)
+y = tcc.compile({scaled(0)!r})(x=x)["y"]
+assert np.array_equal(y, x * 2 + np.sin(x)), y
+print(json.dumps(disk_cache.STATS))
+"""
+
+
+def _elf_header_flip(obj: bytes) -> bytes:
+    shoff = struct.unpack_from("<Q", obj, 40)[0]
+    # the last section header's sh_offset, far past the end of the file
+    at = shoff + 64 * (struct.unpack_from("<H", obj, 60)[0] - 1) + 24
+    return obj[:at] + struct.pack("<Q", struct.unpack_from("<Q", obj, at)[0] | 1 << 40) + obj[at + 8:]
+
+
+@pytest.mark.parametrize("damage", [lambda obj: obj[: len(obj) // 2], lambda obj: obj[:40],
+                                    lambda obj: bytes(len(obj)), lambda obj: b"", _elf_header_flip,
+                                    lambda obj: bytes(np.random.default_rng(5).integers(0, 256, len(obj), np.uint8))],
+                         ids=["truncated", "header-only", "zeros", "empty", "section-offset", "garbage"])
+def test_an_authenticated_entry_with_a_malformed_object_is_a_miss(tmp_path: Path, damage) -> None:  # noqa: ANN001
+    """The header, length and HMAC are right, the object file is not: the linker must never see it."""
+    run(COMPILE_ONE, tmp_path)
+    [path] = entries(tmp_path)
+    data = path.read_bytes()
+    l1, llvm_module, obj = pickle.loads(zlib.decompress(data[116:]))
+    payload = zlib.compress(pickle.dumps((l1, llvm_module, damage(obj)), pickle.HIGHEST_PROTOCOL), 1)
+    path.write_bytes(authenticated(key_of(path), payload, (tmp_path / disk_cache.KEY_FILE).read_bytes()))
+    assert run(COMPILE_ONE, tmp_path, timeout=60) == {"hits": 0, "misses": 1, "stores": 1, "rejected": 1}
+    assert run(COMPILE_ONE, tmp_path, timeout=60)["hits"] == 1
+
+
+# ---------------------------------------------------------------------------
+# special files in place of entries: a miss, never a hang or MemoryError
+# ---------------------------------------------------------------------------
+def _special(path: Path, kind: str) -> None:
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "huge-sparse":
+        with open(path, "wb") as fh:
+            fh.truncate(64 * 2**30)  # 64 GiB, no blocks
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge-sparse", "directory"])
+def test_a_special_file_in_place_of_an_entry_is_a_miss(tmp_path: Path, kind: str) -> None:
+    run(COMPILE_ONE, tmp_path)
+    [path] = entries(tmp_path)
+    _special(path, kind)
+    stats = run(COMPILE_ONE, tmp_path, timeout=60)
+    assert stats["hits"] == 0 and stats["misses"] == 1 and stats["rejected"] == 1
+    if kind == "directory":  # not ours to remove, and no entry can be renamed over it
+        assert path.is_dir() and stats["stores"] == 0
+    else:  # ours: removed (a link itself, never its target) and replaced
+        assert stats["stores"] == 1 and path.is_file() and not path.is_symlink()
+        assert run(COMPILE_ONE, tmp_path, timeout=60)["hits"] == 1
+    assert Path("/dev/zero").exists()
+
+
+def test_eviction_never_follows_a_planted_link(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link named like an entry to a big file elsewhere neither counts against the bound nor loses its target."""
+    tcc.compile(scaled(0))
+    [first] = entries(cache)
+    monkeypatch.setenv("TCC_CACHE_SIZE", str(4 * first.stat().st_size))
+    outside = tmp_path / "someone-elses-file"
+    with open(outside, "wb") as fh:
+        fh.truncate(2**30)
+    (cache / f"{'0' * 64}{disk_cache.SUFFIX}").symlink_to(outside)
+    tcc.compile(scaled(1))
+    assert first.exists() and len(entries(cache)) == 3 and outside.stat().st_size == 2**30
+    before = counts()
+    tcc.compile(scaled(0))
+    tcc.compile(scaled(1))
+    assert delta(before)["hits"] == 2
