@@ -249,7 +249,13 @@ class DiskCache:
                 if data is None:
                     STATS["misses"] += 1
                     return None
-                entry = self._decode(key, data, _secret(dfd, dir_stat))
+                try:
+                    secret = _secret(dfd, dir_stat)
+                except _Unusable as exc:  # nothing can be authenticated: the cache is off, the entry left alone
+                    logger.debug("not using the cache in %s: %s", self.root, exc)
+                    STATS["misses"] += 1
+                    return None
+                entry = self._decode(key, data, secret)
             except Exception as exc:  # noqa: BLE001 - whatever is wrong with an entry, it is not trusted
                 logger.debug("ignoring unusable cache entry %s: %s", self.root / name, exc)
                 STATS["rejected"] += 1
