@@ -62,7 +62,7 @@ from tcc.ir.program import Program
 
 from .index_inputs import check_index_inputs
 from .window_view import window_contract
-from .sizes import as_input_array, bind_sizes, check_index_range, check_index_ranges, cond_affines, extents_shape
+from .sizes import as_input_array, bind_sizes, check_allocations, check_index_range, check_index_ranges, cond_affines, extents_shape
 
 __all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
 
@@ -568,6 +568,7 @@ def evaluate(
             raise TccError(f"definition '{d.name}' has no known extents; run infer-ranges first")
         _check_ranged(d.body, f"definition '{d.name}'")
     sizes = bind_sizes(program, inputs)
+    check_allocations(("result", d.name, extents_shape(d.extents or (), sizes), dtype.itemsize) for d in program.definitions)
     lookup_env = {LOOKUP_ENV + n: _reader(a) for n, a in check_index_inputs(program, inputs, sizes).items()}
     tensors: dict[str, np.ndarray] = {}
     for decl in program.inputs:
