@@ -288,7 +288,7 @@ class Generator:
         self.fns: list[str] = []
         self.defs: list[tuple[str, list[Aff], Iv]] = []   # earlier definitions: name, extents, interval
         self.index_decls: dict[str, str] = {}
-        self.assume_n1 = r.random() < 0.25
+        self.assume_n1 = r.random() < 0.4
         self.csr = r.random() < 0.3
         self.gather = r.random() < 0.3
         if self.csr:
@@ -493,7 +493,7 @@ class Generator:
                 v = self.pick(scope)
                 return f"0.1 * {v.name}", Iv(0.1 * min(v.lo_val, 0), 0.1 * max(v.hi_val, 0))
             return "n", Iv(self.sizes["n"], self.sizes["n"])
-        if 0.6 <= kind < 0.65 and self.assume_n1:
+        if 0.6 <= kind < 0.68 and self.assume_n1:
             self.features.add("assume")
             self.mark_input("w")
             return self.pick(["w[0]", "w[n - 1]"]), DATA
