@@ -209,8 +209,9 @@ def entry_key(program_text: str, pipeline: str, dtype: str, target: str) -> str:
 def cacheable(target: Any, pipeline: Sequence[Any]) -> bool:
     """Whether compiles for this target object and pipeline may be cached: built-in ``cpu``, built-in passes."""
     from tcc.backends.builtin_targets import CpuTarget
+    from tcc.registry import is_builtin_pass
 
-    return type(target) is CpuTarget and all(type(p).__module__.startswith("tcc.") for p in pipeline)
+    return type(target) is CpuTarget and all(is_builtin_pass(p) for p in pipeline)
 
 
 @dataclass(frozen=True)
