@@ -270,12 +270,15 @@ class VerifyEach(BaseInstrument):
             check = _own_verify
         else:
             return
-        try:
-            check(program)
-        except TccError as exc:
-            raise TccError(
-                f"IR verification failed after pass '{pass_.spec()}': {exc.message}", exc.loc, exc.source
-            ) from exc
+        _checked(check, program, f"IR verification failed after pass '{pass_.spec()}'")
+
+
+def _checked(check: Any, program: Any, prefix: str) -> None:
+    """Run a verifier; its error is re-raised as ``prefix: message``, keeping its location."""
+    try:
+        check(program)
+    except TccError as exc:
+        raise TccError(f"{prefix}: {exc.message}", exc.loc, exc.source) from exc
 
 
 class VerifyPlugins(BaseInstrument):
@@ -310,13 +313,7 @@ class VerifyPlugins(BaseInstrument):
             check = verify
         else:
             return
-        try:
-            check(program)
-        except TccError as exc:
-            raise TccError(
-                f"pass '{pass_.spec()}' ({pass_origin(pass_)}) produced an invalid program: {exc.message}",
-                exc.loc, exc.source,
-            ) from exc
+        _checked(check, program, f"pass '{pass_.spec()}' ({pass_origin(pass_)}) produced an invalid program")
 
 
 def _own_verify(program: Any) -> None:
