@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Union
 
 Atom = Union[str, "FloorDiv", "Mod", "Lookup"]
 
@@ -377,10 +377,21 @@ class _Junction(Cond):
         return type(self)(tuple(p.substitute(mapping) for p in self.parts))
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """Left to right, and on scalars short-circuit: a later part may read
+        through an index array only where the earlier parts hold
+        (``r[d] <= n - 1 and ptr[r[d] + 1] > k``), as compiled code evaluates
+        it.  Arrays (the interpreter's lanes) combine elementwise; their
+        lookups clamp inactive lanes."""
         out = self.parts[0].evaluate(env)
         for p in self.parts[1:]:
+            if not hasattr(out, "shape") or out.shape == ():
+                if bool(out) == self._absorbing:
+                    return out
             out = self._combine(out, p.evaluate(env))
         return out
+
+    #: the value that decides the junction (``False`` for ``and``, ``True`` for ``or``)
+    _absorbing: ClassVar[bool] = False
 
     @staticmethod
     def _combine(a: Any, b: Any) -> Any:  # pragma: no cover - abstract
@@ -396,6 +407,8 @@ class And(_Junction):
 
 @dataclass(frozen=True)
 class Or(_Junction):
+    _absorbing = True
+
     @staticmethod
     def _combine(a: Any, b: Any) -> Any:
         return a | b

@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, Sum, Unary, Where, postorder
-from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or
+from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or, lookups
 from tcc.ir.index_range import check_index_range
 
 from ..vector_math import emit_exp, emit_tanh
@@ -186,14 +186,39 @@ class ExprLowering:
         if isinstance(c, Compare):
             return b.icmp_signed(c.op, self.affine(c.lhs, idx), self.affine(c.rhs, idx))
         if isinstance(c, (And, Or)):
-            parts = [self.cond(p, idx) for p in c.parts]
-            out = parts[0]
-            for p in parts[1:]:
-                out = b.and_(out, p) if isinstance(c, And) else b.or_(out, p)
+            out = self.cond(c.parts[0], idx)
+            for part in c.parts[1:]:
+                if _reads_index_array(part):
+                    out = self.short_circuit(out, part, isinstance(c, And), idx)
+                else:  # integer compares only: evaluating them eagerly is harmless
+                    v = self.cond(part, idx)
+                    out = b.and_(out, v) if isinstance(c, And) else b.or_(out, v)
             return out
         if isinstance(c, Not):
             return b.not_(self.cond(c.part, idx))
         raise TccError(f"not an index condition in {self.where}: {c!r}")
+
+    def short_circuit(self, left: ir.Value, part: Cond, conj: bool, idx: Mapping[str, ir.Value]) -> ir.Value:
+        """``left and part`` (``or`` unless ``conj``) evaluating ``part`` only where
+        ``left`` does not decide: its index-array read may be in bounds only
+        there (``r[d] <= n - 1 and ptr[r[d] + 1] > k``, as ``lower-loops``
+        merges nested guards), and compiled code does not check indices."""
+        b = self.b
+        start = b.block
+        rhs = self.fn.append_basic_block("cond.rhs")
+        end = self.fn.append_basic_block("cond.end")
+        b.cbranch(left, rhs, end) if conj else b.cbranch(left, end, rhs)
+        b.position_at_end(rhs)
+        self.memo.scopes.append({})  # what the branch computes does not dominate the merge
+        right = self.cond(part, idx)
+        self.memo.scopes.pop()
+        rhs_end = b.block
+        b.branch(end)
+        b.position_at_end(end)
+        phi = b.phi(I1)
+        phi.add_incoming(ir.Constant(I1, 0 if conj else 1), start)
+        phi.add_incoming(right, rhs_end)
+        return phi
 
     def address(self, name: str, indices: tuple[Affine, ...], idx: Mapping[str, ir.Value], etype: ir.Type | None = None) -> ir.Value:
         """Row-major element address (of ``etype`` elements: the float type, or i64 for an index input);
@@ -400,6 +425,15 @@ def _small_int(e: Expr) -> int | None:
         if abs(v) <= POW_UNROLL_LIMIT:
             return v
     return None
+
+
+def _reads_index_array(c: Cond) -> bool:
+    """True when evaluating ``c`` loads an entry of an index input."""
+    if isinstance(c, Compare):
+        return bool(lookups(c.lhs) or lookups(c.rhs))
+    if isinstance(c, Not):
+        return _reads_index_array(c.part)
+    return any(_reads_index_array(p) for p in c.parts)
 
 
 def _speculatable(e: Expr, scalars: Scalars) -> bool:
