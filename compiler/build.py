@@ -154,8 +154,10 @@ def build(
     is False.  A program compiled without that proof is cached apart, so a
     later compile that asks for it does not get the unproved code.
     """
-    from tcc.runtime import CompiledProgram  # imports the backends, and so llvmlite
+    from tcc.runtime import CompiledProgram, check_threads  # imports the backends, and so llvmlite
 
+    if threads is not None:
+        check_threads(threads)  # before the compile it would otherwise follow
     tgt = get_target(target)
     dtype = normalize_dtype(dtype)
     if results is not None:

@@ -530,6 +530,7 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     from tcc.interpreter import evaluate
     from tcc.passes.infer_ranges import InferRanges
     from tcc.pipeline import run_pipeline
+    from tcc.runtime import check_threads
 
     program = session.load(args.file)
     arrays: dict[str, Any] = {}
@@ -542,8 +543,11 @@ def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     if missing:
         where = f"'{args.inputs}'" if args.inputs is not None else "the inputs (no --inputs given)"
         raise TccError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} in {where}")
-    if args.threads is not None and args.threads < 1:
-        raise TccError(f"--threads must be a positive integer, got {args.threads}")
+    if args.threads is not None:
+        try:
+            check_threads(args.threads, "--threads")
+        except ValueError as e:
+            raise TccError(str(e)) from None
     if args.reference:
         program = run_pipeline(program, [InferRanges()])
         results = evaluate(program, arrays, np.dtype(args.dtype))

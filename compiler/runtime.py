@@ -64,8 +64,25 @@ from tcc.scratch_pool import ScratchPool, reuse
 from tcc.sizes import bind_sizes, check_allocations, extents_shape, format_decl
 
 __all__ = [
-    "CallError", "CompiledProgram", "blas_limit", "default_threads", "pool_size", "run_extern", "run_parallel",
+    "CallError", "CompiledProgram", "MAX_THREADS", "blas_limit", "check_threads", "default_threads", "pool_size", "run_extern", "run_parallel",
 ]
+
+#: The most threads a program runs on.  Threads beyond the cores only add
+#: switching, but oversubscribing a few times over is legitimate (testing the
+#: parallel path on a laptop); starting 10^5 threads takes minutes and then
+#: fails in ``threading``, so far larger counts are refused up front.
+MAX_THREADS = 1024
+
+
+def check_threads(value: Any, what: str = "threads") -> int:
+    """``value`` when it is a usable thread count; else a ValueError saying why."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    if value > MAX_THREADS:
+        raise ValueError(f"{what}={value} is more than tcc runs: at most {MAX_THREADS} threads "
+                         f"(this process may use {default_threads()} cores)")
+    return int(value)
+
 
 def default_threads() -> int:
     """All cores this process may use."""
@@ -423,9 +440,7 @@ class CompiledProgram:
 
     @threads.setter
     def threads(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"threads must be a positive integer, got {value!r}")
-        self._threads = value
+        self._threads = check_threads(value)
 
     def __repr__(self) -> str:
         return (

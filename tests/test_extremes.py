@@ -236,3 +236,28 @@ def test_tcc_run_writes_to_a_pipe_through_dev_stdout(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
     with np.load(io.BytesIO(proc.stdout)) as data:
         np.testing.assert_array_equal(data["y"], 2 * np.arange(4.0))
+
+
+# ---------------------------------------------------------------------------
+# Thread counts: 10^5 threads took two minutes to start and then failed in
+# ``threading``; a count above tcc.runtime.MAX_THREADS is refused up front
+# ---------------------------------------------------------------------------
+
+SCALE = "input x[n]\ny[i] = 2 * x[i]\n"
+
+
+def test_a_thread_count_beyond_the_limit_is_refused_before_compiling() -> None:
+    from tcc.runtime import MAX_THREADS
+
+    with pytest.raises(ValueError, match=rf"^threads=100000 is more than tcc runs: at most {MAX_THREADS} threads"):
+        tcc.compile(SCALE, threads=100_000)
+    f = tcc.compile(SCALE, threads=MAX_THREADS)  # the limit itself is allowed, and runs
+    np.testing.assert_array_equal(f(x=np.arange(5.0))["y"], 2 * np.arange(5.0))
+    with pytest.raises(ValueError, match=r"^threads=1025 is more than tcc runs"):
+        f.threads = MAX_THREADS + 1
+    assert f.threads == MAX_THREADS
+
+
+def test_tcc_run_refuses_a_thread_count_beyond_the_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, err = _cli(tmp_path, capsys, SCALE, "--threads", "100000", x=np.ones(3))
+    assert rc == 1 and err.startswith("error: --threads=100000 is more than tcc runs: at most 1024 threads"), err
