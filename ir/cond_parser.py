@@ -97,9 +97,10 @@ class ConditionParser:
         try:
             cond = self.cond()
             values = sorted(set(cond.names()) & self.value_names)
-            if not values:
+            if not values and self.ends_condition():
                 return ("idx", cond)
-            first = self.error(f"'{values[0]}' is a tensor, not an index", self.peek())  # `s > 0`: compares values
+            first = (self.error(f"'{values[0]}' is a tensor, not an index", self.peek()) if values  # `s > 0`
+                     else self.unexpected("','", self.peek()))  # `i < 3 / s`: values
         except LiteralError:  # wrong in any reading
             raise
         except TccError as e1:
@@ -110,6 +111,14 @@ class ConditionParser:
         except TccError as e2:
             a, b = first.loc, e2.loc
             raise first if a is not None and b is not None and (a.line, a.col) > (b.line, b.col) else e2
+
+    def ends_condition(self) -> bool:
+        """The rule that tells an index comparison from a value comparison in ``where``: a comparison is
+        of indices when it reads as one *whole*, up to a token that ends a comparison there (``,``
+        ``)`` ``and`` ``or``), and names no tensor or scalar; ``i < 3 / s`` reads ``i < 3`` and
+        stops at ``/``, so it compares values (docs/language.md, "Conditions")."""
+        tok = self.peek()
+        return tok.is_op(",", ")") or tok.is_word("and", "or")
 
     def vor(self) -> "GCond":
         parts = [self.vand()]
@@ -134,7 +143,7 @@ class ConditionParser:
             save, depth = self.i, self.depth
             try:  # an index comparison, as in any condition, unless it names a tensor or scalar
                 c = self.compare()
-                if not set(c.names()) & self.value_names:
+                if not set(c.names()) & self.value_names and self.ends_condition():
                     return ("idx", c)
             except LiteralError:  # wrong in any reading
                 raise

@@ -92,3 +92,54 @@ def test_strided_derivatives_print_programs_that_parse(stride: int, offset: int,
     roundtrips(g)
     gg = tcc.grad(tcc.parse(str(g)), of="dx", wrt=["dy"])
     roundtrips(gg)
+
+
+# -- value comparisons whose left side reads as an index expression (issue 36) ------------------
+#: ``where(L op R, ...)`` with ``L`` an index expression (a size, ``i - i``, a literal) and ``R``
+#: starting like one (``3 / s``, ``1 / 2``, ``3 ** 2``): the comparison is of values, because it
+#: does not end where the index comparison ``L op 3`` would (docs/language.md, "Conditions")
+VALUE_AFTER_INDEX = [
+    ("n < 3 / s", lambda n, i, s: n < 3 / s),
+    ("i - i < 1 / 2", lambda n, i, s: 0 < 0.5),
+    ("1 <= 3 ** 2 * s", lambda n, i, s: 1 <= 9 * s),
+    ("i >= 2 * s + 1", lambda n, i, s: i >= 2 * s + 1),
+    ("i - 1 != n / 4", lambda n, i, s: i - 1 != n / 4),
+    ("i < 3 / s and i >= 1", lambda n, i, s: (i < 3 / s) & (i >= 1)),
+    ("not (2 * i > 7 ** 0.5)", lambda n, i, s: ~(2 * i > 7 ** 0.5)),
+]
+
+
+@pytest.mark.parametrize("cond,want", VALUE_AFTER_INDEX, ids=[c for c, _ in VALUE_AFTER_INDEX])
+def test_value_comparison_after_an_index_lhs(cond: str, want) -> None:  # noqa: ANN001
+    src = f"input x[n], s\ny[i] = where({cond}, x[i], 2 * x[i])\n"
+    p = tcc.parse(src)
+    roundtrips(p)
+    assert str(tcc.parse(str(p))) == str(p)
+    x, i = np.random.default_rng(3).random(7), np.arange(7)
+    for s in (0.25, 1.5):
+        expect = np.where(want(7, i, s), x, 2 * x)
+        assert np.array_equal(tcc.run(p, dict(x=x, s=np.float64(s)))["y"], expect)
+        assert np.array_equal(tcc.compile(p)(x=x, s=np.float64(s))["y"], expect)
+
+
+def test_index_comparisons_stay_index_comparisons() -> None:
+    """The same rule keeps ``where(i >= 1, x[i - 1], 0)`` an index condition: its untaken branch
+    may read out of bounds, which only an index condition allows."""
+    from tcc.ir.expr import Select, Where
+
+    for cond in ("i >= 1", "(i + 1) // 2 >= 1", "i - 1 >= 0 and i < n", "(i >= 1)", "i >= 1 and (i > 3 or i < 2)"):
+        p = tcc.parse(f"input x[n]\ny[i] = where({cond}, x[i - 1], 0)\n")
+        assert isinstance(p.definitions[0].body, Where), cond
+        roundtrips(p)
+        x = np.arange(1.0, 6.0)
+        assert np.array_equal(tcc.compile(p)(x=x)["y"], tcc.run(p, dict(x=x))["y"])
+    assert isinstance(tcc.parse("input x[n]\ny[i] = where(not (i - i < 1 * 3), x[i], 0)\n").definitions[0].body, Where)
+    assert isinstance(tcc.parse("input x[n], s\ny[i] = where(i < 3 / s, x[i], 0)\n").definitions[0].body, Select)
+
+
+def test_derivative_of_a_value_comparison_after_an_index_lhs_parses() -> None:
+    src = "input x[n], s\ny[i] = where(n < 3 / s, x[i] * s, x[i] ** 2)\n"
+    g = tcc.grad(tcc.parse(src), of="y", wrt=["x", "s"])
+    roundtrips(g)
+    for r in tcc.check(src, "y", ["x", "s"], sizes=dict(n=5)):
+        assert r.ok, r
