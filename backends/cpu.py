@@ -3,7 +3,7 @@
 The code is compiled for the host CPU (its name and feature flags), so it
 uses whatever vector width the machine has, and is not portable to another
 machine -- it leaves the process only as object code in the on-disk compile
-cache (:mod:`tcc.disk_cache`: :func:`jit_with_object` hands MCJIT's object
+cache (:mod:`tcc.build.disk_cache`: :func:`jit_with_object` hands MCJIT's object
 file over, :func:`load_object` links it into a fresh engine), whose key
 includes the host CPU's name and features.  Math functions that are not LLVM
 intrinsics (``tan``, ``asinf``, ...) are resolved by MCJIT from the process,
@@ -146,7 +146,7 @@ TEAM_PARTS_PER_THREAD = 4
 def split_kernel(entry: "KernelEntry", ptrs: Any, sizes: Any, threads: int, fallback: Any) -> None:
     """Run a parallel kernel on ``threads`` threads: on the native thread team where there is one and no
     other thread's kernel holds it (:mod:`tcc.backends.thread_team`), else with ``fallback``, the
-    runtime's Python pool (:func:`tcc.runtime.run_parallel`).  Either way every part has finished on return.
+    runtime's Python pool (:func:`tcc.runtime.compiled.run_parallel`).  Either way every part has finished on return.
 
     On the team the loop is cut into :data:`TEAM_PARTS_PER_THREAD` parts per thread, claimed one at a
     time: a worker that wakes late (a halted vCPU takes up to a millisecond here) then leaves its

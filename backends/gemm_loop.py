@@ -1,6 +1,6 @@
 """A native loop of GEMM calls: the shifted products of a convolution without Python between them.
 
-A stride-1 convolution run as shifted GEMMs (``tcc.window_kernel``) makes
+A stride-1 convolution run as shifted GEMMs (``tcc.runtime.externs.window_kernel``) makes
 one BLAS call per kernel offset and batch member -- 72 for a 3x3 kernel over
 a batch of 8 -- each with the same shapes and leading dimensions and its own
 three base pointers.  From Python each call costs a few microseconds of
@@ -12,7 +12,7 @@ B, offset of C, beta)`` quadruples and calls the BLAS function pointer for
 each: one ctypes call per thread, which releases the GIL for its whole run.
 
 The caller guarantees memory safety: every offset addresses a matrix
-inside its buffer with the given leading dimensions (``tcc.window_kernel``
+inside its buffer with the given leading dimensions (``tcc.runtime.externs.window_kernel``
 builds them from NumPy views of those buffers).
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ a truncated or garbled file segfaults the process, a bad section header
 aborts it (``LLVM ERROR: section [index 6] has a sh_offset ... greater
 than the file size``), an unknown relocation type hits ``report_fatal_error``.
 None of that is an exception Python could catch, so an object from outside
-this process (the on-disk compile cache, :mod:`tcc.disk_cache`) is checked
+this process (the on-disk compile cache, :mod:`tcc.build.disk_cache`) is checked
 here first, in Python, against what those parsers rely on:
 
 - an ELF relocatable (``ET_REL``) of the host's class, byte order and

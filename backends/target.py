@@ -13,7 +13,7 @@ The compiler never branches on a target's name; it asks the target object
 * **LLVM's optimisation** -- :meth:`Target.optimize`, which ``llvm-opt``
   calls for the target the module was lowered for;
 * **loading and running** -- :meth:`Target.load` turns the pipeline's result
-  into an :class:`Executable`, which :class:`tcc.runtime.CompiledProgram`
+  into an :class:`Executable`, which :class:`tcc.runtime.compiled.CompiledProgram`
   calls: it checks and binds a call's arguments itself and asks the
   executable where the other arguments live and how kernels run.
 
@@ -24,7 +24,7 @@ codegen targets of ``lower-llvm`` (``cpu``, ``cuda``, ``cuda-sim``: see
 
 :class:`CallError` lives here rather than in the runtime because executables
 raise it for arguments only they can check (device arrays);
-``tcc.runtime.CallError`` is the same class.
+``tcc.runtime.compiled.CallError`` is the same class.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class Call:
     ``arrays`` what the caller passed.  ``run_extern`` and ``run_parallel``
     are what the runtime lends host code: external kernels (LAPACK and BLAS
     through NumPy, the interpreter's own code) and its process-wide thread
-    pool (see :mod:`tcc.runtime`).
+    pool (see :mod:`tcc.runtime.compiled`).
     """
 
     sizes: Mapping[str, int]

@@ -1,6 +1,6 @@
 """A native thread team for parallel kernels: workers that spin briefly, then sleep on a futex.
 
-Why not the runtime's Python pool (:func:`tcc.runtime.run_parallel`)?  Its
+Why not the runtime's Python pool (:func:`tcc.runtime.compiled.run_parallel`)?  Its
 workers block in ``queue.get`` and the caller blocks on a condition: each
 hand-off is a futex sleep and wake, and on a virtual machine a vCPU that went
 idle takes tens to hundreds of microseconds to wake (the guest halts it; the

@@ -62,7 +62,7 @@ def time_grad(kind: str, sizes: list[int], wrt: str) -> None:
     from tcc.ir.polyhedra import clear_cache
     from tcc.pipeline import grad_pipeline, run_pipeline
 
-    # as the ``tcc`` command does (compiler/driver.py): some passes still recurse per nesting level
+    # as the ``tcc`` command does (compiler/cli/driver.py): some passes still recurse per nesting level
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
     print(f"tcc grad --of f --wrt {wrt}, {kind} chain, CPU seconds\n")
     for row, n in enumerate(sizes):

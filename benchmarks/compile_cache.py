@@ -1,4 +1,4 @@
-"""Cold vs warm compile time with the on-disk compile cache (tcc.disk_cache), each in a fresh process.
+"""Cold vs warm compile time with the on-disk compile cache (tcc.build.disk_cache), each in a fresh process.
 
     python benchmarks/compile_cache.py [--repeat N] [--case NAME[,NAME]] [--keep-bytecode-env]
 
@@ -53,7 +53,7 @@ CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 import tcc
-from tcc import disk_cache
+from tcc.build import disk_cache
 text, spec = json.loads(sys.argv[1])
 program = tcc.parse(text)
 if spec:

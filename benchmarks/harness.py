@@ -388,7 +388,7 @@ def torch_twin(stmt: Any, buffers: Mapping[str, np.ndarray]) -> Callable[[], Any
 
     Timed beside tcc's kernel in the same rounds, it shows how much of a gap is BLAS's: tcc calls the
     OpenBLAS NumPy links, torch MKL, and the two differ most on small products (48^3)."""
-    from tcc.interpreter import einsum_equation
+    from tcc.reference.interpreter import einsum_equation
     from tcc.ir.contraction import has_window
 
     try:
@@ -415,7 +415,7 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     """Median seconds of each kernel of a compiled tcc program, run in order as a call runs them.
 
     ``(name, parallel, seconds, torch seconds)`` per kernel.  Parallel kernels are split over
-    the program's threads exactly as :class:`tcc.runtime.CompiledProgram` does;
+    the program's threads exactly as :class:`tcc.runtime.compiled.CompiledProgram` does;
     a zero fill that a call skips (tcc.backends.zero_fill: the result is
     allocated zeroed) is not listed.  Where an external product has a torch
     counterpart (:func:`torch_twin`; None otherwise), the twins are timed in
@@ -426,7 +426,7 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     """
     from tcc.backends.cpu import split_kernel
     from tcc.backends.thread_team import park
-    from tcc.runtime import run_extern, run_parallel
+    from tcc.runtime.compiled import run_extern, run_parallel
 
     sizes, buffers = compiled.bind(dict(arrays))
     order = compiled.loops.buffers

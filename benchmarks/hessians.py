@@ -286,7 +286,7 @@ def seconds(s: float) -> str:
 def tcc_hessian(ctx: Ctx, prob: Problem) -> Any:
     """tcc's Hessian of ``prob``: ``tcc.hessian``, or the stand-in program where it is missing.
 
-    Returns ``fn(**inputs) -> array`` and its :class:`tcc.runtime.CompiledProgram` (for the memory it
+    Returns ``fn(**inputs) -> array`` and its :class:`tcc.runtime.compiled.CompiledProgram` (for the memory it
     needs and the kernel breakdown).
     """
     import tcc

@@ -374,8 +374,8 @@ def grad_case(ctx: RunContext, gc: GradCase) -> None:
         if gc.torch_compile:
             cands.append(unavailable("torch.compile", st))
             tbwd.append(unavailable("torch.compile", st))
-    if gc.same_shapes is not None:  # NumPy as it runs without tcc: OpenBLAS's own spin (tcc.blas_spin)
-        from tcc.blas_spin import openblas_spin
+    if gc.same_shapes is not None:  # NumPy as it runs without tcc: OpenBLAS's own spin (tcc.runtime.externs.blas_spin)
+        from tcc.runtime.externs.blas_spin import openblas_spin
 
         cands.append(H.Candidate(H.SAME_SHAPES, gc.same_shapes, check=False, around=openblas_spin))
     ctx.row(gc.case, FB, cands, ref_all,

@@ -84,7 +84,7 @@ import harness as H  # noqa: E402
 import problems as P  # noqa: E402
 import sparse as SP  # noqa: E402
 from problems import Peers, grad_case, jax_ready, unavailable  # noqa: E402
-from tcc.blas_spin import openblas_spin  # noqa: E402
+from tcc.runtime.externs.blas_spin import openblas_spin  # noqa: E402
 
 CASES = ("urban", "correlation", "conv2d", "logistic", "compile") + FAM.FAMILIES + SP.CASES
 GROUPS = {"families": FAM.FAMILIES, "sparse": SP.CASES}     # --case names that stand for several cases
@@ -181,7 +181,7 @@ def family_case(name: str) -> Any:
     def run(ctx: Ctx) -> None:
         if "peak" not in ctx.extra:
             n, repeat = (1024, 3) if ctx.quick else (2048, 7)
-            with openblas_spin():  # NumPy as it runs without tcc (tcc shortens OpenBLAS's spin: tcc.blas_spin)
+            with openblas_spin():  # NumPy as it runs without tcc (tcc shortens OpenBLAS's spin: tcc.runtime.externs.blas_spin)
                 ctx.extra["peak"] = (n, repeat, FAM.matmul_peak(n, repeat))
             ctx.log(f"  matmul peak: numpy float64 {n}x{n}, median of {repeat}: {ctx.extra['peak'][2]:.1f} GFLOP/s")
         quick, peers = ctx.quick, ctx.peers

@@ -11,7 +11,10 @@ file first, as the parent package) does not pull in the compiler layer::
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import logging
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -30,7 +33,7 @@ _LAZY = {
     "hessian": "tcc.derivatives",
     "jvp": "tcc.derivatives",
     "Derivative": "tcc.derivatives",
-    "CompiledProgram": "tcc.runtime",
+    "CompiledProgram": "tcc.runtime.compiled",
     "CallError": "tcc.backends.target",
     "read_source": "tcc.api",
     "TccError": "tcc.ir.diagnostics",
@@ -43,17 +46,39 @@ _LAZY = {
     "get_pass_class": "tcc.registry",
     "available_passes": "tcc.registry",
     "register_pass": "tcc.registry",
-    "CheckResult": "tcc.fdcheck",
+    "CheckResult": "tcc.reference.fdcheck",
 }
 
 __all__ = sorted(_LAZY)
 
 
-_SUBMODULES = ("torch", "jax", "dask")  # tcc.torch, tcc.jax, tcc.dask: imported on first use (they import their framework only when called)
+#: Public module names that live elsewhere: ``tcc.torch`` is :mod:`tcc.integrations.torch`, ...
+#: Imported on first use (each imports its framework only when called).
+_ALIASES = {f"tcc.{name}": f"tcc.integrations.{name}" for name in ("torch", "jax", "dask")}
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes ``import tcc.torch`` give the module :mod:`tcc.integrations.torch` itself (one module
+    object under two names, so its state and its classes are the same whichever name is used)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _ALIASES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module(_ALIASES[spec.name])
+
+    def exec_module(self, module: Any) -> None:
+        """The real module ran when it was imported under its own name."""
+
+
+if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    sys.meta_path.append(_AliasFinder())
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
+    if f"tcc.{name}" in _ALIASES:
         return importlib.import_module(f"tcc.{name}")
     module = _LAZY.get(name)
     if module is None:

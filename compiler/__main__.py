@@ -1,6 +1,6 @@
-"""``python -m tcc``: the command line (see :mod:`tcc.driver`)."""
+"""``python -m tcc``: the command line (see :mod:`tcc.cli.driver`)."""
 import sys
 
-from tcc.driver import main
+from tcc.cli.driver import main
 
 sys.exit(main())

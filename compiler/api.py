@@ -175,7 +175,7 @@ def compile(
     results: str | Sequence[str] | None = None,
     verify_plugins: bool = True,
 ) -> Any:
-    """Compile a program to native code; returns a callable :class:`tcc.runtime.CompiledProgram`.
+    """Compile a program to native code; returns a callable :class:`tcc.runtime.compiled.CompiledProgram`.
 
     ``f = tcc.compile(src); out = f(x=x, w=w)`` takes NumPy arrays by input
     name and returns a dict with every definition's array.  ``dtype`` is
@@ -205,7 +205,7 @@ def compile(
 
 def run(program: Any, inputs: Mapping[str, Any], dtype: Any = np.float64) -> dict[str, np.ndarray]:
     """Every definition of ``program`` (``infer-ranges`` first), by the reference interpreter."""
-    from tcc.interpreter import evaluate
+    from tcc.reference.interpreter import evaluate
     from tcc.passes.infer_ranges import InferRanges
     from tcc.pipeline import run_pipeline
 
@@ -226,8 +226,8 @@ def check(
     high: float = 0.75,
     target: str = "cpu",
 ) -> list:
-    """Finite-difference check of ``d of / d wrt`` (see :func:`tcc.fdcheck.check_gradients`)."""
-    from tcc.fdcheck import check_gradients
+    """Finite-difference check of ``d of / d wrt`` (see :func:`tcc.reference.fdcheck.check_gradients`)."""
+    from tcc.reference.fdcheck import check_gradients
 
     return check_gradients(
         _program(program_or_text, "check"), of, _names(wrt), seed=seed, eps=eps, tol=tol, sizes=sizes, low=low,

@@ -59,7 +59,7 @@ class Derivative:
     """A compiled derivative: ``D(**inputs)`` returns its array (a dict by input name for several)."""
 
     program: Any       # the derivative program (print it to see the expression)
-    compiled: Any      # the :class:`tcc.runtime.CompiledProgram`
+    compiled: Any      # the :class:`tcc.runtime.compiled.CompiledProgram`
     results: dict[str, str]  # what the call returns: key -> definition
 
     def __call__(self, **arrays: Any) -> Any:

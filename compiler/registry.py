@@ -88,7 +88,7 @@ def register_pass(cls: type[Pass], *, replace: bool = False) -> type[Pass]:
 
 def is_builtin_pass(p: Pass | type[Pass]) -> bool:
     """Whether ``p`` (a pass or its class) is tcc's own: its class is defined in the ``tcc``
-    package.  The rule of the disk cache (:func:`tcc.disk_cache.cacheable`): a subclass of a
+    package.  The rule of the disk cache (:func:`tcc.build.disk_cache.cacheable`): a subclass of a
     built-in pass defined elsewhere, a class given to :func:`register_pass` or found through an
     entry point, is a plug-in, whose results tcc verifies by default (:class:`tcc.instruments.VerifyPlugins`)."""
     module = (p if isinstance(p, type) else type(p)).__module__

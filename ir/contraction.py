@@ -36,7 +36,7 @@ the result), and its extent is that of the convolution: ``E - N + 1`` for
 ``u + v`` (the valid positions, every read in range), ``E + N - 1`` for
 ``u - v`` (every position some read reaches), with ``E`` the extent of
 ``A``'s axis and ``N`` that of ``v``.  The runtime runs it as a sequence of
-GEMMs over shifted views (``tcc.window_kernel``).  Any storage order is allowed; the runtime turns each operand into a
+GEMMs over shifted views (``tcc.runtime.externs.window_kernel``).  Any storage order is allowed; the runtime turns each operand into a
 (batch, rows, columns) matrix stack -- a reshape where each group is
 contiguous and in the same order, else one transposing copy -- and makes one
 ``np.matmul`` call (see ``tcc.compiler.contraction_kernel``).  The module

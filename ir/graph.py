@@ -118,7 +118,7 @@ def kernel_graph(program: LoopProgram) -> nx.DiGraph:
     ``k2`` depends on an earlier ``k1`` when it reads a buffer ``k1`` writes,
     writes one ``k1`` reads, or writes one ``k1`` writes; the edge's
     ``buffers`` are those buffers, sorted.  Kernels run in program order
-    (:mod:`tcc.runtime`), which is one topological order of this graph.
+    (:mod:`tcc.runtime.compiled`), which is one topological order of this graph.
     """
     buffers = {b.name for b in program.buffers}
     g = nx.DiGraph()

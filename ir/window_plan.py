@@ -1,8 +1,8 @@
 """How a windowed ``contract`` runs: the plan of the shifted GEMMs (issue 13 item 3).
 
 A pure function of the spec and the operands' shapes, shared by the runtime
-(``tcc.window_kernel``, which follows it) and the ``blas`` pass (whose cost
-model reads the GEMM dimensions it will get): see ``tcc.window_kernel`` for
+(``tcc.runtime.externs.window_kernel``, which follows it) and the ``blas`` pass (whose cost
+model reads the GEMM dimensions it will get): see ``tcc.runtime.externs.window_kernel`` for
 the method.  No NumPy here: the IR layer is plain Python.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _choose(names: list[str], ext: dict[str, int], prefer: Callable[[str], bool]
 
 
 def window_plan(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> WindowPlan:
-    """The plan of ``tcc.window_kernel.run_window`` for these shapes (see that module's docstring).
+    """The plan of ``tcc.runtime.externs.window_kernel.run_window`` for these shapes (see that module's docstring).
 
     The batch of a convolution stays a looped index: copying ``A`` so that it
     joins the merged positions (9 GEMMs instead of 72 for a 3x3 kernel over a

@@ -7,8 +7,8 @@ import numpy as np
 
 import tcc
 from tcc.index_inputs import random_index_inputs
-from tcc.fdcheck import sizes_for
-from tcc.interpreter import evaluate
+from tcc.reference.fdcheck import sizes_for
+from tcc.reference.interpreter import evaluate
 from tcc.sizes import extents_shape
 
 RTOL = {"float64": 1e-12, "float32": 1e-5}

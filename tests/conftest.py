@@ -14,7 +14,7 @@ import tempfile
 
 from hypothesis import settings
 
-# The on-disk compile cache (tcc.disk_cache) of a test session is a fresh temporary
+# The on-disk compile cache (tcc.build.disk_cache) of a test session is a fresh temporary
 # directory, removed at exit, also for the subprocesses the tests start: the suite
 # never writes into the user's cache and needs no writable home.
 _CACHE_DIR = tempfile.mkdtemp(prefix="tcc-test-cache-")

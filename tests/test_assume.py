@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.diagnostics import TccError
-from tcc.runtime import CallError
+from tcc.runtime.compiled import CallError
 
 SRC = """input x[n], A[m, n]
 assume n >= 1 and m <= n

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.instruments import BaseInstrument
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.pipeline import grad_pipeline, run_pipeline
 
 URBAN = """\

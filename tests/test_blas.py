@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import tcc
 from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
 from tcc.derivatives import hessian_program
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.verifier import verify
 from tcc.pipeline import format_pipeline, resolve_pipeline
 

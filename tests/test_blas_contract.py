@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 import tcc
 from tcc.build import DEFAULT_LOOP_PIPELINE
-from tcc.contraction_kernel import run_contract
-from tcc.interpreter import einsum_contract
+from tcc.runtime.externs.contraction_kernel import run_contract
+from tcc.reference.interpreter import einsum_contract
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_parser import parse_loop_program
-from tcc.runtime import blas_limit
+from tcc.runtime.compiled import blas_limit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import assert_matches_interpreter, assert_results_close, random_inputs  # noqa: E402
@@ -265,7 +265,7 @@ def test_reuse_needs_the_whole_range_of_the_outlined_side():
 
 
 def test_derivatives_of_a_written_contract_are_its_sums_and_match_finite_differences():
-    from tcc.fdcheck import check_gradients
+    from tcc.reference.fdcheck import check_gradients
 
     src = ("input A[5, 3, 4], B[4, 6, 5]\n"
            "D[b, a] = contract(A[z, a, y], B[y, b, z])[b, a]\nf = sum[a, b](sin(D[b, a]))\n")
@@ -278,14 +278,14 @@ def test_derivatives_of_a_written_contract_are_its_sums_and_match_finite_differe
     assert "contract" not in str(jvp)
 
 
-# -- a contracted index as a batch index (compiler/contraction_kernel.py plan_split) ----------
+# -- a contracted index as a batch index (compiler/runtime/externs/contraction_kernel.py plan_split) ----------
 SPLIT_SPEC = (("z1", "b", "z0"), ("z1", "a", "z0"), ("a", "b"))  # contract3's dB: z1 leads both operands
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 31, 48])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_contracted_index_leading_both_operands_is_split_off_instead_of_copying(n, dtype):
-    from tcc.contraction_kernel import plan_copies, plan_split
+    from tcc.runtime.externs.contraction_kernel import plan_copies, plan_split
 
     rng = np.random.default_rng(n)
     dT = rng.standard_normal((n, n + 1, n)).astype(dtype)

@@ -1,4 +1,4 @@
-"""tcc shortens the spin of NumPy's OpenBLAS threads once per process (tcc.blas_spin, issue 13).
+"""tcc shortens the spin of NumPy's OpenBLAS threads once per process (tcc.runtime.externs.blas_spin, issue 13).
 
 Each case runs in a fresh interpreter: the setting is made once per process,
 at the first external kernel, and what OpenBLAS read at load time is part of
@@ -15,7 +15,7 @@ import textwrap
 import numpy as np  # noqa: F401 - loads NumPy's BLAS, which threadpool_info looks for
 import pytest
 
-from tcc.blas_spin import _openblas
+from tcc.runtime.externs.blas_spin import _openblas
 
 pytestmark = pytest.mark.skipif(_openblas() is None, reason="NumPy's BLAS is not OpenBLAS here")
 
@@ -23,8 +23,8 @@ _SCRIPT = textwrap.dedent("""
     import ctypes, json, os
     import numpy as np
     import tcc
-    import tcc.blas_spin as blas_spin
-    from tcc.blas_gemm import _numpy_blas_path
+    import tcc.runtime.externs.blas_spin as blas_spin
+    from tcc.runtime.externs.blas_gemm import _numpy_blas_path
     from threadpoolctl import threadpool_info
 
     lib = ctypes.CDLL(_numpy_blas_path())

@@ -14,7 +14,7 @@ import pytest
 
 import tcc
 from tcc.backends.array_address import data_address, data_addresses
-from tcc.runtime import CallError
+from tcc.runtime.compiled import CallError
 
 SRC = "input x[n], A[n, m]\ny[i] = sum[j](A[i, j] * x[i])\nz[j] = sum[i](A[i, j])\n"
 

@@ -1,4 +1,4 @@
-"""Contraction orders re-decided at call time (tcc.reorder): the call's sizes pick the order."""
+"""Contraction orders re-decided at call time (tcc.runtime.call_orders): the call's sizes pick the order."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import tcc
 from tcc.ir.diagnostics import TccError
-from tcc.runtime import CallError
+from tcc.runtime.compiled import CallError
 
 CHAIN = "input A[n, m], B[m, p], C[p, q]\nD[i, l] = sum[j, k](A[i, j] * B[j, k] * C[k, l])\n"
 TALL = (200, 3, 200, 3)   # A (B C): sum k first

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from tcc import fdcheck
-from tcc.driver import main
+from tcc.reference import fdcheck
+from tcc.cli.driver import main
 
 URBAN = """# urban.tcc — the example of section 6 of the Urban paper
 input  a[3, 5], b[4, 5], c[3, 3], d[8]
@@ -347,7 +347,7 @@ def test_grad_needs_of_and_wrt(urban, capsys):
 
 
 def test_internal_error_exit_2(urban, monkeypatch, capsys):
-    from tcc import driver
+    from tcc.cli import driver
 
     def boom(session, args):
         raise RuntimeError("kaboom")

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tcc.driver import main
+from tcc.cli.driver import main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 URBAN = str(ROOT / "examples" / "urban.tcc")

@@ -1,6 +1,6 @@
 """Issue 11, the command line and the API entry points: no crash, wrong value or lost file.
 
-Each test goes through ``tcc.driver.main`` (what the ``tcc`` script runs) or
+Each test goes through ``tcc.cli.driver.main`` (what the ``tcc`` script runs) or
 the public API, and checks the exact message and exit code of a refusal.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 
 SCALE = """input x[n]
 y[i] = 2 * x[i]

@@ -9,7 +9,7 @@ import pytest
 
 import tcc
 from compare import assert_matches_interpreter, random_inputs
-from tcc.runtime import CallError
+from tcc.runtime.compiled import CallError
 
 EXAMPLES = sorted(pathlib.Path(__file__).resolve().parent.parent.joinpath("examples").glob("*.tcc"))
 

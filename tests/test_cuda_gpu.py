@@ -13,7 +13,7 @@ import pytest
 
 import tcc
 from compare import assert_results_close, random_inputs
-from tcc.fdcheck import default_sizes
+from tcc.reference.fdcheck import default_sizes
 
 
 def _gpu_reason() -> str | None:

@@ -22,7 +22,7 @@ import tcc
 import tcc.backends.cuda as cuda
 from compare import assert_results_close, random_inputs
 from fake_pycuda import CAIArray, FakeCUDA
-from tcc.runtime import CallError
+from tcc.runtime.compiled import CallError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(ROOT.joinpath("examples").glob("*.tcc"))

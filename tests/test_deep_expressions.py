@@ -107,7 +107,7 @@ def test_deep_expression_built_through_the_ir_prints_and_evaluates() -> None:
         e = Unary("neg", e)
     text = str(Binary("+", e, Const(1)))
     assert text == "-(" * 99_999 + "-x[i]" + ")" * 99_999 + " + 1"
-    from tcc.interpreter import evaluate_expr
+    from tcc.reference.interpreter import evaluate_expr
 
     np.testing.assert_array_equal(evaluate_expr(e, {"x": X}, {"i": 4}), X)  # an even number of negations
     program = tcc.parse("input x[4]\noutput y[4]\ny[i] = x[i]\n")

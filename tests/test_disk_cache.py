@@ -1,4 +1,4 @@
-"""The on-disk compile cache (tcc.disk_cache, docs/cache.md): across processes, corruption, concurrency, eviction.
+"""The on-disk compile cache (tcc.build.disk_cache, docs/cache.md): across processes, corruption, concurrency, eviction.
 
 Processes are fresh interpreters with ``TCC_CACHE_DIR`` set to the test's own
 directory; in-process tests turn the in-memory cache off
@@ -25,7 +25,7 @@ import pytest
 
 import tcc
 import tcc.build as build
-from tcc import disk_cache
+from tcc.build import disk_cache
 from tcc.instruments import TimePasses
 from tcc.ir.diagnostics import TccError
 
@@ -36,7 +36,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CROSS_PROCESS = f"""
 import json, sys
 import numpy as np, tcc
-from tcc import disk_cache
+from tcc.build import disk_cache
 rng = np.random.default_rng(7)
 urban = tcc.grad(tcc.parse({str(EXAMPLES / "urban.tcc")!r}), of="f", wrt=["a", "d"])
 f = tcc.compile(urban)
@@ -115,7 +115,7 @@ def test_concurrent_writers_all_succeed_and_leave_a_valid_cache(tmp_path: Path) 
     script = """
 import json, sys
 import numpy as np, tcc
-from tcc import disk_cache
+from tcc.build import disk_cache
 me = int(sys.argv[1])
 programs = [f"input x[n]\\ny[i] = exp(x[i]) * {k}\\n" for k in (2, 3)]
 if me % 2:
@@ -541,7 +541,7 @@ def test_a_key_file_that_is_not_private_turns_the_cache_off(cache: Path, kind: s
 COMPILE_ONE = f"""
 import json, resource
 import numpy as np, tcc
-from tcc import disk_cache
+from tcc.build import disk_cache
 resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))  # a runaway read fails fast, not the machine
 x = np.linspace(-1.0, 1.0, 9)
 y = tcc.compile({scaled(0)!r})(x=x)["y"]

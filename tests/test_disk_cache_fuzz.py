@@ -1,4 +1,4 @@
-"""Fuzzing the on-disk compile cache's directory (tcc.disk_cache, docs/cache.md "Threat model").
+"""Fuzzing the on-disk compile cache's directory (tcc.build.disk_cache, docs/cache.md "Threat model").
 
 Whatever is in the cache directory -- corrupt, truncated or bit-flipped
 entries, planted entries in the valid format whose MAC is a checksum, zeros
@@ -105,7 +105,7 @@ def fuzz(root: Path, seed: int, count: int) -> dict:
 
     import tcc
     import tcc.build as build
-    from tcc import disk_cache
+    from tcc.build import disk_cache
 
     build.set_cache_size(0)  # every compile reads or writes the disk
     rng = random.Random(seed)
@@ -221,7 +221,7 @@ def concurrent(root: Path, me: int, rounds: int, seed: int) -> dict:
 
     import tcc
     import tcc.build as build
-    from tcc import disk_cache
+    from tcc.build import disk_cache
 
     build.set_cache_size(0)
     rng = random.Random(seed * 1000 + me)

@@ -16,7 +16,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.dot import program_dot, quote
 from tcc.ir.expr import postorder
 from tcc.ir.graph import definition_graph, kernel_graph, live_definitions

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.tcc"))
 

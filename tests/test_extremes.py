@@ -4,7 +4,7 @@ Each case was once a raw Python error (OverflowError, NumPy's ValueError,
 zipfile's struct.error) or a silent wrong value; each must now be a clear
 ``error:`` line -- with the position of the literal where there is one --
 from the API (:func:`tcc.parse`, :func:`tcc.compile`, :func:`tcc.run`) and
-from ``tcc`` (:func:`tcc.driver.main`, exit 1, no traceback).
+from ``tcc`` (:func:`tcc.cli.driver.main`, exit 1, no traceback).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.printer import format_program
 
 HUGE_INT = "1" + "0" * 400  # beyond float64 (about 1.8e308)
@@ -240,14 +240,14 @@ def test_tcc_run_writes_to_a_pipe_through_dev_stdout(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------
 # Thread counts: 10^5 threads took two minutes to start and then failed in
-# ``threading``; a count above tcc.runtime.MAX_THREADS is refused up front
+# ``threading``; a count above tcc.runtime.compiled.MAX_THREADS is refused up front
 # ---------------------------------------------------------------------------
 
 SCALE = "input x[n]\ny[i] = 2 * x[i]\n"
 
 
 def test_a_thread_count_beyond_the_limit_is_refused_before_compiling() -> None:
-    from tcc.runtime import MAX_THREADS
+    from tcc.runtime.compiled import MAX_THREADS
 
     with pytest.raises(ValueError, match=rf"^threads=100000 is more than tcc runs: at most {MAX_THREADS} threads"):
         tcc.compile(SCALE, threads=100_000)

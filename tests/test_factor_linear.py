@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import tcc
 from compare import assert_matches_interpreter, random_inputs
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 

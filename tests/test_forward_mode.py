@@ -21,7 +21,7 @@ from hypothesis.control import currently_in_test_context
 import tcc
 from compare import assert_results_close, random_inputs
 from tcc.ir.diagnostics import TccError
-from tcc.fdcheck import default_sizes
+from tcc.reference.fdcheck import default_sizes
 from tcc.passes.pass_base import PassContext
 from tcc.pipeline import resolve_pipeline
 from tcc.sizes import extents_shape

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import tcc
 from tcc.backends.builtin_targets import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.loops import LoopProgram
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, assume, example, given, note, settings, stra
 import tcc
 from tcc.ir.diagnostics import TccError
 from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.sizes import extents_shape
 from test_autodiff_properties import inferred_programs, programs
 

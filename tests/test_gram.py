@@ -1,4 +1,4 @@
-"""``gram(X, w)``: the weighted Gram matrix X^T diag(w) X (ir/gram.py, tcc.gram_kernel, blas's symmetric rule).
+"""``gram(X, w)``: the weighted Gram matrix X^T diag(w) X (ir/gram.py, tcc.runtime.externs.gram_kernel, blas's symmetric rule).
 
 The runtime gives it to BLAS's syrk when every weight is >= 0 and to GEMM
 otherwise; both are checked against the interpreter's plain sum, on edge
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tcc
 from compare import assert_matches_interpreter, assert_results_close
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.diagnostics import TccError
 
 GRAM_SRC = "input X[m, n], w[m]\noutput G[n, n]\nG[a, b] = gram(X, w)[a, b]\n"
@@ -74,7 +74,7 @@ def test_gram_on_edge_weights_matches_the_interpreter(special):
 
 
 def test_gram_kernel_takes_both_paths():
-    from tcc.gram_kernel import run_gram
+    from tcc.runtime.externs.gram_kernel import run_gram
 
     rng = np.random.default_rng(5)
     X = rng.standard_normal((40, 9))

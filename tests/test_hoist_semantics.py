@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.passes.pass_base import Level
 from tcc.pipeline import run_pipeline

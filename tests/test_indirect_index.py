@@ -20,14 +20,14 @@ from compare import assert_matches_interpreter, random_inputs
 from loop_eval import run_loops
 from tcc.backends import ptx as ptx_backend
 from tcc.build import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE, compile_pipeline
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.instruments import BaseInstrument
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
 from tcc.pipeline import grad_pipeline, run_pipeline
-from tcc.runtime import CallError
+from tcc.runtime.compiled import CallError
 
 EMB = "index tok[n] < v\ninput emb[v, d]\ny[i, j] = emb[tok[i], j]\n"
 CSR = ("index ptr[m + 1] <= nnz, col[nnz] < n\ninput val[nnz], x[n]\n"

@@ -1,4 +1,4 @@
-"""The reference interpreter (tcc.interpreter) and size binding (tcc.sizes) against plain NumPy."""
+"""The reference interpreter (tcc.reference.interpreter) and size binding (tcc.sizes) against plain NumPy."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tcc.ir.diagnostics import TccError
-from tcc.interpreter import evaluate, evaluate_expr
+from tcc.reference.interpreter import evaluate, evaluate_expr
 from tcc.ir.expr import Access, Binary, Const, CSum, Sum, Unary, Where, UNARY_FUNCTIONS
 from tcc.ir.index import Affine, And, Compare, Not, Or
 from tcc.ir.program import Definition, Program, TensorDecl

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.interpreter import MAX_BLOCK, evaluate
+from tcc.reference.interpreter import MAX_BLOCK, evaluate
 from tcc.passes.infer_ranges import InferRanges
 from tcc.pipeline import run_pipeline
 from tcc.sizes import extents_shape

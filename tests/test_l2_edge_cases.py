@@ -22,7 +22,7 @@ import pytest
 import tcc
 from compare import assert_matches_interpreter
 from tcc.instruments import VerifyEach
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.loops_verifier import verify_loops
 from tcc.pipeline import run_pipeline
 

@@ -15,7 +15,7 @@ import pytest
 from tcc.backends import cpu
 from tcc.backends.llvm import LLVMModule, codegen_target, kernel_symbol, lower_program
 from tcc.ir.diagnostics import TccError
-from tcc.interpreter import _UNARY
+from tcc.reference.interpreter import _UNARY
 from tcc.ir.expr import UNARY_FUNCTIONS, Access, Binary, Const, Sum, Unary, Where
 from tcc.ir.index import Affine, And, Compare, Not, Or
 from tcc.ir.loops import Accumulate, Buffer, For, If, Kernel, Let, Local, LoopProgram, Store

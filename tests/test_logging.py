@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.passes.pass_base import Level
 

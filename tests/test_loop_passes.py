@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 import tcc
 from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import random_index_inputs
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.loops import For, LoopProgram
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops

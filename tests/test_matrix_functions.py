@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
-from tcc.interpreter import matrix_function
+from tcc.cli.driver import main
+from tcc.reference.interpreter import matrix_function
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import assert_matches_interpreter, assert_results_close  # noqa: E402

@@ -18,7 +18,7 @@ import tcc
 from compare import assert_compiled_matches
 from tcc.backends.builtin_targets import DEFAULT_LOOP_PIPELINE
 from tcc.instruments import VerifyEach
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.passes.matvec_pair import MatvecPair, matvec_pair
 

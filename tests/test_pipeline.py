@@ -623,7 +623,7 @@ def test_runtime_and_call_error_load_no_backend():
     import sys
 
     code = (
-        "import sys, tcc; tcc.CallError; import tcc.runtime; "
+        "import sys, tcc; tcc.CallError; import tcc.runtime.compiled; "
         "print(sorted(m for m in sys.modules if m == 'llvmlite' or m.startswith(('tcc.backends.llvm', "
         "'tcc.backends.cpu', 'tcc.backends.cuda', 'tcc.backends.ptx'))))"
     )

@@ -21,7 +21,7 @@ import pytest
 import tcc
 from tcc.build import clear_cache
 from tcc.diagnostics import TccError
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.instruments import VerifyEach, VerifyPlugins
 from tcc.passes.simplify import Simplify
 from tcc.pipeline import parse_pipeline, plugin_verification

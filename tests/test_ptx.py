@@ -19,7 +19,7 @@ import tcc
 from compare import assert_matches_interpreter, random_inputs
 from tcc.backends import ptx as ptx_backend
 from tcc.build import DEFAULT_GPU_PIPELINE, compile_pipeline
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_verifier import verify_loops
 from tcc.pipeline import run_pipeline

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.diagnostics import TccError
 from tcc.ir.fourier_motzkin import integer_feasible
 from tcc.ir.index import Affine, Compare, format_affine

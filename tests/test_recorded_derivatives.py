@@ -17,7 +17,7 @@ import tcc
 from compare import assert_matches_interpreter
 from conftest import RECORDED_DERIVATIVES
 from tcc.ir.diagnostics import TccError
-from tcc.fdcheck import sizes_for
+from tcc.reference.fdcheck import sizes_for
 
 pytestmark = [pytest.mark.recorded_corpus, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """``tcc.compile(..., results=...)``: the ``rematerialize`` pass (passes/rematerialize.py) and the kept
-memory of intermediates (compiler/scratch_pool.py), against the reference interpreter."""
+memory of intermediates (compiler/runtime/scratch_pool.py), against the reference interpreter."""
 from __future__ import annotations
 
 import threading
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import tcc
 from compare import assert_results_close, random_inputs
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 
 LAYERNORM = """input X[A, C], g[C], b[C]
 local mu[A], xc[A, C], r[A]

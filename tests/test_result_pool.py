@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 import tcc
-from tcc.result_pool import KEPT_PER_RESULT, ResultPool
+from tcc.runtime.result_pool import KEPT_PER_RESULT, ResultPool
 
 SRC = "input x[n, m]\noutput y[n, m], s[n]\ny[i, j] = 2 * x[i, j] + 1\ns[i] = sum[j](x[i, j])\n"
 

@@ -25,8 +25,8 @@ import pytest
 
 import tcc
 import tcc.build as build
-from tcc.interpreter import evaluate
-from tcc.runtime import CallError, run_parallel
+from tcc.reference.interpreter import evaluate
+from tcc.runtime.compiled import CallError, run_parallel
 
 CONV = "input x[n], w[m]\ny[i] = sum[k](sin(x[i + k]) * w[k])\n"
 
@@ -231,7 +231,7 @@ for t in range(2, 31):
     f.threads = t
     ys.append(f(x=x, w=w)["y"])
 assert all(np.array_equal(y, ys[0]) for y in ys)
-from tcc.runtime import pool_size
+from tcc.runtime.compiled import pool_size
 from tcc.backends.thread_team import team
 print(threading.active_count(), len(team().threads) if team() is not None else pool_size())
 print(json.dumps(ys[0].tolist()))

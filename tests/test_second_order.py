@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 
 URBAN = """\
 input  a[3, 5], b[4, 5], c[3, 3], d[8]

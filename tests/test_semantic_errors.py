@@ -1,7 +1,7 @@
 """Bad input through the command line: ``FILE:LINE:COL: error: message``, the line, a caret.
 
 Every case runs ``tcc grad`` (and some ``tcc check``) through
-:func:`tcc.driver.main`, expects exit code 1, no traceback, and the exact
+:func:`tcc.cli.driver.main`, expects exit code 1, no traceback, and the exact
 diagnostic: the message as the verifier / infer-ranges / autodiff / parser
 words it and a caret under the exact column of the offending construct.
 """
@@ -11,7 +11,7 @@ import pytest
 
 import tcc
 from tcc.ir.diagnostics import TccError
-from tcc.driver import main
+from tcc.cli.driver import main
 
 
 def run_cli(capsys, tmp_path, text, *flags, command="grad", name="prog.tcc"):

@@ -1,4 +1,4 @@
-"""Stacks of small products dealt over the thread team (tcc.stack_matmul).
+"""Stacks of small products dealt over the thread team (tcc.runtime.externs.stack_matmul).
 
 The contract: the same numbers as ``np.matmul`` (to rounding), the same bits
 for every thread count, every layout NumPy accepts (transposed, broadcast,
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import tcc
 import tcc.backends.thread_team as thread_team
-import tcc.stack_matmul as sm
+import tcc.runtime.externs.stack_matmul as sm
 from tests.compare import assert_compiled_matches
 
 

@@ -36,9 +36,9 @@ def test_builtin_targets_resolve():
 
 def test_cli_and_build_list_the_builtin_targets():
     import tcc.build
-    import tcc.driver
+    import tcc.cli.driver
 
-    assert tcc.driver.TARGETS == list(BUILTIN_TARGETS)
+    assert tcc.cli.driver.TARGETS == list(BUILTIN_TARGETS)
     assert tcc.build.TARGETS == tuple(BUILTIN_TARGETS)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import tcc
 from tcc.ir.diagnostics import TccError
-from tcc.driver import main
+from tcc.cli.driver import main
 from tcc.ir.parser import parse_source
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -251,7 +251,7 @@ def test_a_stack_split_starts_no_more_workers_than_threads() -> None:
     out = _run("""
         import numpy as np
         import tcc.backends.thread_team as tt
-        import tcc.stack_matmul as sm
+        import tcc.runtime.externs.stack_matmul as sm
         a = np.random.default_rng(0).standard_normal((48, 48, 48))
         out = np.empty((48, 48, 48))
         sm.matmul_stack(a, a, out, 2)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import tcc
 from compare import assert_matches_interpreter, assert_results_close, random_inputs
 from tcc.backends.builtin_targets import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.passes.tile import Tile, host_vector_bytes, tile_width
 from tcc.pipeline import run_pipeline
 
@@ -361,7 +361,7 @@ def test_transposed_convolution_row_sweep_projects_the_window() -> None:
 
 
 def test_cli_dump_after_tile(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tcc.driver import main
+    from tcc.cli.driver import main
 
     src = tmp_path / "col.tcc"
     src.write_text("input G[5, 40]\nb[c] = sum[a](G[a, c])\n")

@@ -262,7 +262,7 @@ def test_layer_norm_hessian_stays_within_the_copy_budget():
     import numpy as np
 
     from compare import assert_results_close, random_inputs
-    from tcc.interpreter import evaluate
+    from tcc.reference.interpreter import evaluate
     from tcc.pipeline import run_pipeline
 
     ln = """input x[2, 3], g[2, 3], b[2, 3]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tcc
-from tcc.driver import main
+from tcc.cli.driver import main
 
 QUADFORM = "input x[n], A[n, n]\nf = sum[i](sum[j](x[i] * A[i, j] * x[j]))\n"
 LAYERNORM = """input X[6, 5], g[5], b[5]

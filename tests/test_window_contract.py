@@ -1,7 +1,7 @@
 """Stride-1 convolutions as windowed contractions (issue 13 item 3).
 
 ``blas`` turns a convolution and both of its gradients into ``contract(A[..., u + v, ...], B[...])``;
-the runtime runs that as shifted GEMMs (tcc.window_kernel).  Everything is checked against the
+the runtime runs that as shifted GEMMs (tcc.runtime.externs.window_kernel).  Everything is checked against the
 reference interpreter on the *source* program (the sums), so the rewrite is checked too.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import tcc
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_parser import parse_loop_program
-from tcc.window_kernel import run_window
-from tcc.window_view import window_contract
+from tcc.runtime.externs.window_kernel import run_window
+from tcc.runtime.externs.window_view import window_contract
 
 CONV = ("input x[{B}, {C}, {S}, {T}], w[{O}, {C}, {R}, {Q}]\n"
         "y[b, o, i, j] = sum[c, p, q](x[b, c, i + p, j + q] * w[o, c, p, q])\n")
@@ -59,7 +59,7 @@ def test_windowed_extern_prints_and_parses_back():
 def test_float32(monkeypatch):
     """float32 runs the native BLAS loop too: NumPy's type character ``f`` is BLAS's ``s`` (it looked
     for ``f``, found no entry point, and ran every product as ``np.matmul`` plus an addition)."""
-    import tcc.window_kernel as wk
+    import tcc.runtime.externs.window_kernel as wk
 
     calls = []
     real = wk.gemm_loop
@@ -110,7 +110,7 @@ def test_edge_data_agrees_with_the_sums():
 def test_scratch_space_left_dirty_by_earlier_calls_does_not_leak():
     """The widened layouts' zero margins are written on every call (not the whole scratch array):
     scratch space kept between calls and filled with NaN must not reach a result."""
-    from tcc.contraction_kernel import _scratch_array
+    from tcc.runtime.externs.contraction_kernel import _scratch_array
 
     src = conv(S=9, T=11, R=3, Q=3)
     grad = tcc.grad(src, of="y", wrt="x,w")
@@ -119,7 +119,7 @@ def test_scratch_space_left_dirty_by_earlier_calls_does_not_leak():
     args["dy"] = np.random.default_rng(6).standard_normal((2, 16, 7, 9))
     ref = tcc.run(grad, args)
     for _ in range(2):
-        for slot in range(20, 24):  # the slots of tcc.window_kernel
+        for slot in range(20, 24):  # the slots of tcc.runtime.externs.window_kernel
             _scratch_array(slot, (1 << 16,), np.dtype(np.float64)).fill(np.nan)
         got = g(**args)
         for name in ("dx", "dw"):
@@ -206,8 +206,8 @@ def test_runtime_against_the_reference(entry, native, monkeypatch):
     """Layouts (channels last, 3-D, interleaved), 1-D windows both ways, the two gradients' shapes (the
     weight gradient's with its innermost offset folded, both result orders); with the native BLAS loop
     and with NumPy's matmul (what runs where no BLAS symbol is found)."""
-    import tcc.blas_gemm as bg
-    import tcc.window_kernel as wk
+    import tcc.runtime.externs.blas_gemm as bg
+    import tcc.runtime.externs.window_kernel as wk
 
     if not native:
         monkeypatch.setattr(bg, "_fns", {})

@@ -9,7 +9,7 @@ import pytest
 import tcc
 from compare import assert_matches_interpreter
 from tcc.backends.zero_fill import zero_fills
-from tcc.interpreter import evaluate
+from tcc.reference.interpreter import evaluate
 from tcc.ir.loops_parser import parse_loop_program
 
 ROOT = Path(__file__).resolve().parent.parent

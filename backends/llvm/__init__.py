@@ -62,7 +62,7 @@ Semantics that matter for correctness
   expression that could overflow it is refused (:func:`tcc.sizes.check_index_range`).
 * ``where`` is lazy: its untaken branch may load out of bounds, so it becomes
   branches and a phi unless both sides are load- and call-free.
-* Math follows the NumPy reference interpreter (:mod:`tcc.interpreter`):
+* Math follows the NumPy reference interpreter (:mod:`tcc.reference.interpreter`):
   ``sign(0) = sign(-0) = relu(-0) = +0``, NaN propagates through ``sign`` and ``relu``, ``sigmoid``
   uses the overflow-free two-sided form.  No fast-math flags, except
   ``reassoc`` on accumulations as ``reassociate`` says (that is what lets

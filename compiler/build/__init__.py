@@ -20,7 +20,7 @@ IR); an evicted program's code lives on in the callables already returned
 for it and is freed with the last of them.
 
 Below the in-memory cache, CPU compiles are kept on disk across processes
-(:mod:`tcc.disk_cache`: ``TCC_CACHE_DIR``, docs/cache.md), under a key that
+(:mod:`tcc.build.disk_cache`: ``TCC_CACHE_DIR``, docs/cache.md), under a key that
 adds the host CPU and the tcc and llvmlite versions to the one above.
 """
 from __future__ import annotations
@@ -144,7 +144,7 @@ def build(
     results: Sequence[str] | None = None,
     verify_plugins: bool = True,
 ) -> Any:
-    """Compile an L1 program to a :class:`tcc.runtime.CompiledProgram` running the target's executable.
+    """Compile an L1 program to a :class:`tcc.runtime.compiled.CompiledProgram` running the target's executable.
 
     ``results`` (default: every definition) names the definitions a call
     returns: they become the program's outputs, and the default pipeline
@@ -154,7 +154,7 @@ def build(
     is False.  A program compiled without that proof is cached apart, so a
     later compile that asks for it does not get the unproved code.
     """
-    from tcc.runtime import CompiledProgram, check_threads  # imports the backends, and so llvmlite
+    from tcc.runtime.compiled import CompiledProgram, check_threads  # imports the backends, and so llvmlite
 
     if threads is not None:
         check_threads(threads)  # before the compile it would otherwise follow
@@ -225,7 +225,7 @@ def with_rematerialize(pipeline: str) -> str:
 
 def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instruments: Sequence[Any],
              unproved: bool = False) -> tuple:
-    """``(l1, loops, llvm_module, executable)`` from the on-disk cache (:mod:`tcc.disk_cache`), else compiled.
+    """``(l1, loops, llvm_module, executable)`` from the on-disk cache (:mod:`tcc.build.disk_cache`), else compiled.
 
     Runs with instruments neither read nor write the disk cache, as they
     bypass the in-memory one; what they compile is not kept at all.
@@ -233,7 +233,7 @@ def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instrumen
     result is kept under ``key`` plus :data:`_UNPROVED`.  (The disk cache
     holds built-in pipelines only, where there is nothing to verify.)
     """
-    from tcc import disk_cache
+    from tcc.build import disk_cache
 
     disk = None if instruments or not disk_cache.cacheable(tgt, pipeline) else disk_cache.open_cache()
     disk_key = disk_cache.entry_key(*key) if disk is not None else ""
@@ -274,8 +274,8 @@ def _compile(program: Any, tgt: Any, pipeline: list[Pass], key: tuple, instrumen
 
 def _call_time_order(program: Program, pipeline: list[Pass], target: str, dtype: str, threads: int | None,
                      arch: str, ptx: int, results: Sequence[str] | None, verify_plugins: bool = True) -> Any:
-    """Call-time re-decision of contraction orders (:mod:`tcc.reorder`), or None where sizes cannot change them."""
-    from tcc.reorder import call_time_order
+    """Call-time re-decision of contraction orders (:mod:`tcc.runtime.call_orders`), or None where sizes cannot change them."""
+    from tcc.runtime.call_orders import call_time_order
 
     l1_l2 = [p for p in pipeline if p.output_level in (Level.INDEX, Level.LOOPS)]
     return call_time_order(

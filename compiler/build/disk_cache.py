@@ -86,7 +86,7 @@ __all__ = [
     "cache_size", "clear", "entry_key", "open_cache",
 ]
 
-logger = logging.getLogger("tcc.disk_cache")
+logger = logging.getLogger("tcc.build.disk_cache")
 logger.addHandler(logging.NullHandler())
 
 #: bumped whenever what an entry holds, or how it is written, changes

@@ -30,7 +30,7 @@ from typing import IO, Any, Callable, Sequence
 from tcc.backends import BUILTIN_TARGETS
 from tcc.ir.diagnostics import TccError
 from tcc.logconfig import ENV_VAR, cli_logging
-from tcc.npz_files import input_array, load_npz, write_npz
+from tcc.cli.npz_files import input_array, load_npz, write_npz
 
 TARGETS = list(BUILTIN_TARGETS)  # the built-in table only: reading entry points would slow every start
 EMITS = ["index", "loops", "llvm", "ptx", "asm", "dot"]
@@ -440,7 +440,7 @@ def cmd_compile(session: _Session, args: argparse.Namespace) -> int:
 
 
 def cmd_check(session: _Session, args: argparse.Namespace) -> int:
-    from tcc.fdcheck import check_gradients
+    from tcc.reference.fdcheck import check_gradients
 
     wrt = _names(args.wrt, "--wrt")
     sizes = _parse_sizes(args.sizes)
@@ -527,10 +527,10 @@ def cmd_passes(session: _Session, args: argparse.Namespace) -> int:
 def cmd_run(session: _Session, args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tcc.interpreter import evaluate
+    from tcc.reference.interpreter import evaluate
     from tcc.passes.infer_ranges import InferRanges
     from tcc.pipeline import run_pipeline
-    from tcc.runtime import check_threads
+    from tcc.runtime.compiled import check_threads
 
     program = session.load(args.file)
     arrays: dict[str, Any] = {}

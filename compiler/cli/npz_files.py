@@ -1,6 +1,6 @@
 """The .npz archives of ``tcc run``: inputs read without unpickling, results written under any name.
 
-Kept apart from the command line (:mod:`tcc.driver`) because reading an
+Kept apart from the command line (:mod:`tcc.cli.driver`) because reading an
 archive that may come from anyone is its own concern: every way NumPy can
 fail on a damaged or hostile file maps to one error line, and values convert
 to the element type only where the conversion is faithful.

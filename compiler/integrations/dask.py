@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tcc.framework_common import FrameworkFunction, read_source
+from tcc.integrations.common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 from tcc.ir.bounds import uses
 from tcc.ir.expr import RANGED, ZERO, Access, Binary, Reduce, Sum, Unary, Where, free_names, postorder, transform

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tcc.framework_common import FrameworkFunction, read_source
+from tcc.integrations.common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from tcc.framework_common import FrameworkFunction, read_source
+from tcc.integrations.common import FrameworkFunction, read_source
 from tcc.ir.diagnostics import TccError
 
 __all__ = ["function", "TorchFunction"]
@@ -59,7 +59,7 @@ class TorchFunction(FrameworkFunction):
 
     Made by :func:`function`; ``inputs`` and ``results`` name what it takes
     and returns.  Compiled programs (the forward per dtype, each derivative
-    program on first use) are kept by the instance (:class:`tcc.framework_common.FrameworkFunction`).
+    program on first use) are kept by the instance (:class:`tcc.integrations.common.FrameworkFunction`).
     """
 
     api = "tcc.torch.function"

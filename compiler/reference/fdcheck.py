@@ -240,7 +240,7 @@ def _runner(target: str, src: Any, deriv: Any) -> _Run:
         return {k: (float(v) if v.ndim == 0 else v) for k, v in arrays.items()}
 
     if target == "reference":
-        from tcc.interpreter import evaluate
+        from tcc.reference.interpreter import evaluate
 
         def run(program: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
             return evaluate(program, pack(arrays), np.float64)

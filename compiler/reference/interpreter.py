@@ -60,9 +60,9 @@ from tcc.ir.index import LOOKUP_ENV, Affine, format_affine
 from tcc.ir.contraction import has_window
 from tcc.ir.program import Program
 
-from .index_inputs import check_index_inputs
-from .window_view import window_contract
-from .sizes import as_input_array, bind_sizes, check_allocations, check_index_range, check_index_ranges, cond_affines, extents_shape
+from tcc.index_inputs import check_index_inputs
+from tcc.runtime.externs.window_view import window_contract
+from tcc.sizes import as_input_array, bind_sizes, check_allocations, check_index_range, check_index_ranges, cond_affines, extents_shape
 
 __all__ = ["evaluate", "evaluate_expr", "matrix_function", "MAX_BLOCK"]
 
@@ -93,7 +93,7 @@ def _adjugate(a: np.ndarray) -> np.ndarray:
 def einsum_contract(spec: tuple[tuple[str, ...], ...], a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``contract(A[...], B[...])`` as ``np.einsum`` with a letter per index name (the reference
     semantics; the runtime's transpose-reshape-matmul plan is checked against it).  A contraction
-    with windows is summed term by term instead (:mod:`tcc.window_view`)."""
+    with windows is summed term by term instead (:mod:`tcc.runtime.externs.window_view`)."""
     if has_window(spec):
         return window_contract(spec, a, b)
     return np.einsum(einsum_equation(spec), a, b.astype(a.dtype, copy=False))
@@ -130,7 +130,7 @@ def matrix_function(fn: str, *args: Any, where: str = "") -> np.ndarray:
     if not args:
         raise TccError(f"{fn} needs a matrix")
     a, more = args[0], args[1:]
-    if fn == "gram":  # the reference: sum[z](X[z, a] * w[z] * X[z, b]), no syrk (tcc.gram_kernel)
+    if fn == "gram":  # the reference: sum[z](X[z, a] * w[z] * X[z, b]), no syrk (tcc.runtime.externs.gram_kernel)
         x, w = np.asarray(a), np.asarray(more[0]).astype(np.asarray(a).dtype, copy=False)
         return np.matmul((x * w[:, None]).T, x)
     if fn == "matmul":

@@ -24,7 +24,7 @@ the call's buffers.
 External kernels (``extern inv(A) -> B``: a matrix function;
 ``extern matmul(A, B) -> C``: a matrix product) have no code;
 :func:`run_extern` computes them here with LAPACK or BLAS through NumPy
-(:func:`tcc.interpreter.matrix_function`, the interpreter's own code, and
+(:func:`tcc.reference.interpreter.matrix_function`, the interpreter's own code, and
 ``np.matmul(A, B, out=C)``) on the bound arrays, in kernel order, writing the
 result into the output array in place.  They run on the calling thread (NumPy's BLAS may use its own
 threads), after every part of the previous kernel has finished.
@@ -34,7 +34,7 @@ kernels are launched -- is its executable's (:class:`tcc.backends.target.Executa
 made by the target's ``load``): this module checks and binds a call's
 arguments and hands the executable a :class:`~tcc.backends.target.Call`
 with what host code borrows from it (external kernels, the thread pool).
-This module imports no backend: ``import tcc.runtime`` loads no llvmlite.
+This module imports no backend: ``import tcc.runtime.compiled`` loads no llvmlite.
 """
 from __future__ import annotations
 
@@ -49,18 +49,18 @@ from typing import Any, Mapping
 import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
-from tcc.blas_spin import shorten_blas_spin
-from tcc.contraction_kernel import run_contract
+from tcc.runtime.externs.blas_spin import shorten_blas_spin
+from tcc.runtime.externs.contraction_kernel import run_contract
 from tcc.ir.contraction import has_window
-from tcc.window_kernel import run_window
-from tcc.stack_matmul import matmul_stack
-from tcc.gram_kernel import run_gram
-from tcc.interchange import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
-from tcc.interpreter import matrix_function
+from tcc.runtime.externs.window_kernel import run_window
+from tcc.runtime.externs.stack_matmul import matmul_stack
+from tcc.runtime.externs.gram_kernel import run_gram
+from tcc.runtime.foreign_arrays import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
+from tcc.reference.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import IndexCache
-from tcc.result_pool import ResultPool
-from tcc.scratch_pool import ScratchPool, reuse
+from tcc.runtime.result_pool import ResultPool
+from tcc.runtime.scratch_pool import ScratchPool, reuse
 from tcc.sizes import bind_sizes, check_allocations, extents_shape, format_decl
 
 __all__ = [
@@ -129,8 +129,8 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
     transposed view ``B.T``: NumPy hands BLAS the stored array with the
     transpose flag, so nothing is copied.  ``contract`` reshapes (or copies)
     its operands into matrix stacks and makes one ``np.matmul``
-    (:mod:`tcc.contraction_kernel`); ``gram`` scales and calls ``syrk`` or GEMM
-    (:mod:`tcc.gram_kernel`).  BLAS runs with at most ``threads``
+    (:mod:`tcc.runtime.externs.contraction_kernel`); ``gram`` scales and calls ``syrk`` or GEMM
+    (:mod:`tcc.runtime.externs.gram_kernel`).  BLAS runs with at most ``threads``
     threads (:func:`blas_limit`).
     """
     out = buffers[stmt.out]
@@ -141,7 +141,7 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
             run_window(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif getattr(stmt, "spec", ()):
             run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out, threads)
-        elif stmt.fn == "gram":  # X^T diag(w) X: syrk when every weight is >= 0 (tcc.gram_kernel)
+        elif stmt.fn == "gram":  # X^T diag(w) X: syrk when every weight is >= 0 (tcc.runtime.externs.gram_kernel)
             run_gram(buffers[stmt.args[0]], buffers[stmt.args[1]], out)
         elif stmt.fn == "matmul":
             flags = getattr(stmt, "transposed", ()) or (False, False)
@@ -153,7 +153,7 @@ def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None
             elif a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous and a.size:
                 # a stack of matrices times one matrix is one GEMM on the stacked rows (not one per member)
                 np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
-            else:  # a stack of small products is dealt over the thread team (tcc.stack_matmul)
+            else:  # a stack of small products is dealt over the thread team (tcc.runtime.externs.stack_matmul)
                 matmul_stack(a, b, out, threads)
         else:
             out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
@@ -420,7 +420,7 @@ class CompiledProgram:
         self._index_cache = IndexCache()  # validated and derived index arrays, reused while the inputs are equal
         self._pool = ScratchPool()  # the intermediates' arrays, from one call to the next
         self._results = ResultPool()  # results' arrays, reused once the caller has let go of them
-        self._reorder: Any = None  # tcc.reorder.CallTimeOrder: other contraction orders, by the call's sizes
+        self._reorder: Any = None  # tcc.runtime.call_orders.CallTimeOrder: other contraction orders, by the call's sizes
         for name, value in executable.program_attributes().items():  # cuda: the PTX it runs
             setattr(self, name, value)
 
@@ -462,7 +462,7 @@ class CompiledProgram:
                 arr = np.asarray(value, dtype=self.dtype)
             except OverflowError:
                 raise CallError(f"input '{name}' is an integer too large for {self.dtype}") from None
-        else:  # another library's array: a view of its memory (tcc.interchange), checked as NumPy's below
+        else:  # another library's array: a view of its memory (tcc.runtime.foreign_arrays), checked as NumPy's below
             arr = host_array(f"input '{name}'", value)
             if arr is None:
                 what = "a real number, a NumPy array" if not decl.extents else "a NumPy array"
@@ -517,7 +517,7 @@ class CompiledProgram:
         """Check a call's arguments; return the sizes and every buffer's array.
 
         ``kept``: arrays of an earlier call for the buffers a call does not
-        return (:mod:`tcc.scratch_pool`); used where their shapes fit, and
+        return (:mod:`tcc.runtime.scratch_pool`); used where their shapes fit, and
         updated with what is allocated instead.
         """
         known = set(self.inputs) | set(self.results)
@@ -605,7 +605,7 @@ class CompiledProgram:
     def variant_for(self, arrays: Mapping[str, Any]) -> "CompiledProgram | None":
         """The program compiled for another contraction order that a call with ``arrays`` runs instead, if any.
 
-        See :mod:`tcc.reorder`.  Arguments whose sizes cannot be bound give
+        See :mod:`tcc.runtime.call_orders`.  Arguments whose sizes cannot be bound give
         None: the call itself then reports what is wrong with them.
         """
         if self._reorder is None:

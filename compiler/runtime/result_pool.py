@@ -1,6 +1,6 @@
 """Result arrays handed back to a compiled program once the caller has let go of them.
 
-The caller owns a call's results, so :mod:`tcc.scratch_pool` never keeps
+The caller owns a call's results, so :mod:`tcc.runtime.scratch_pool` never keeps
 them: each call allocates them afresh.  For results of a few MB that costs
 what the scratch pool saves on intermediates: glibc's ``malloc`` gives the
 freed memory of the previous call's results back to the operating system

@@ -422,7 +422,7 @@ class Rewriter(FreshNames):
         """``sum[z](P[z, a] * <factors on z or on nothing> * P[z, b])`` as ``gram(P, W)`` with
         ``W[z]`` the product of the weights (a plain ``V[z]`` is read as it is): the symmetric
         product of a second derivative, which the runtime gives to ``syrk`` when the weights
-        are >= 0 (tcc.gram_kernel).  Without weights ``matmul(transpose(P), P)`` is syrk already."""
+        are >= 0 (tcc.runtime.externs.gram_kernel).  Without weights ``matmul(transpose(P), P)`` is syrk already."""
         a, b = d.indices
         z, q = s.var, s.hi[0] + 1
         assert d.extents is not None

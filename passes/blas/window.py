@@ -10,7 +10,7 @@ constant) and is otherwise plain, the other plain:
 
 becomes ``D[...] = contract(A[..., u + v, ...], B[...])[...]``
 (:mod:`tcc.ir.contraction`), which the runtime runs as one GEMM per kernel
-offset over shifted views (``tcc.window_kernel``).  The three lines are a
+offset over shifted views (``tcc.runtime.externs.window_kernel``).  The three lines are a
 convolution and both of its gradients as the derivative engine writes them.
 
 **What must hold.** Each window pairs a summed variable with a free one;
@@ -26,7 +26,7 @@ positions for ``u + v``, the full ones for ``u - v``).
 
 **Cost model.** Each product is a GEMM whose dimensions are the
 largest-extent index of each group (the positions merge into one axis,
-``tcc.window_kernel``).  A product with a dimension below
+``tcc.runtime.externs.window_kernel``).  A product with a dimension below
 :data:`MIN_DIM` (16: the number of input channels of a first layer, say 3,
 as the inner dimension) runs BLAS at a fraction of its speed -- the loop
 nests of ``unroll-jam`` do as well -- so the sum stays loops; so does one

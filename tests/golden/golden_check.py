@@ -19,7 +19,7 @@ RUN lines (one test each; a trailing ``\\`` continues a line):
 
     RUN: [not] TOOL ARGS... [2>&1] [| FileCheck %s [--check-prefix=P]]
 
-``%s`` is the golden file's path.  ``TOOL`` is ``tcc`` (``tcc.driver.main``,
+``%s`` is the golden file's path.  ``TOOL`` is ``tcc`` (``tcc.cli.driver.main``,
 in-process: no interpreter start per test) or ``tcc-loops FILE [--passes
 SPEC]`` (parse an L2 ``.loops`` file, run L2 passes on it, print it: the
 ``opt`` of the loop level, which the command line does not offer).  The tool
@@ -386,7 +386,7 @@ def _excerpt(text: _Text, marks: dict[int, str], total: int) -> list[str]:
 
 def _tcc(argv: Sequence[str]) -> int:
     """The command line, in-process."""
-    from tcc.driver import main
+    from tcc.cli.driver import main
 
     return main(list(argv))
 

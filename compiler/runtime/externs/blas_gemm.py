@@ -2,7 +2,7 @@
 
 NumPy's ``matmul`` has no ``beta``: accumulating a product into ``C`` takes
 a temporary and an addition, a second pass over ``C``.  A convolution run
-as shifted GEMMs (``tcc.window_kernel``) accumulates one product per kernel
+as shifted GEMMs (``tcc.runtime.externs.window_kernel``) accumulates one product per kernel
 offset, 9 for a 3x3 kernel, so that pass would cost more than the products'
 own memory traffic.  This module calls ``cblas_dgemm`` / ``cblas_sgemm``
 of NumPy's own BLAS library directly (found with threadpoolctl, already a

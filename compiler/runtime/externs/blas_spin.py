@@ -175,7 +175,7 @@ def _set(log2: int) -> bool:
 def _openblas() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr, ctypes._CFuncPtr] | None:  # type: ignore[name-defined]
     """NumPy's OpenBLAS entry points ``openblas_read_env``, ``blas_thread_shutdown_`` and
     ``openblas_thread_timeout``, or None where NumPy's BLAS is another library or lacks one of them."""
-    from tcc.blas_gemm import _numpy_blas_info
+    from tcc.runtime.externs.blas_gemm import _numpy_blas_info
 
     info = _numpy_blas_info()  # one scan of the loaded libraries (threadpoolctl) for the path and the kind
     if info is None or info.get("internal_api") != "openblas":

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tcc.ir.contraction import Spec, groups
-from tcc.stack_matmul import matmul_stack
+from tcc.runtime.externs.stack_matmul import matmul_stack
 
 __all__ = ["run_contract", "plan_copies", "plan_split"]
 
@@ -124,7 +124,7 @@ def plan_copies(spec: Spec, a: np.ndarray, b: np.ndarray) -> tuple[tuple[str, ..
 
 def run_contract(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int | None = None) -> None:
     """Write ``contract(A[...], B[...])`` into ``out`` (axes named ``spec[2]``) with one ``np.matmul``
-    (a stack of small products dealt over ``threads``: :mod:`tcc.stack_matmul`)."""
+    (a stack of small products dealt over ``threads``: :mod:`tcc.runtime.externs.stack_matmul`)."""
     b = b.astype(a.dtype, copy=False)
     g, ext = groups(spec), _extents(spec, a, b)
     if out.size == 0:

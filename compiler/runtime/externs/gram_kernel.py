@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tcc.contraction_kernel import _scratch_array
+from tcc.runtime.externs.contraction_kernel import _scratch_array
 
 __all__ = ["run_gram"]
 

@@ -24,7 +24,7 @@ import ctypes
 
 import numpy as np
 
-from tcc.blas_gemm import gemm_args
+from tcc.runtime.externs.blas_gemm import gemm_args
 
 __all__ = ["BLAS_THREADED_MNK", "MIN_SPLIT_MNK", "matmul_stack", "split_parts"]
 

@@ -38,7 +38,7 @@ The steps of one call:
    (:func:`tcc.ir.window_plan._fold`).
 4. One GEMM per offset and looped index, ``beta = 1`` for every product
    added to an earlier one (NumPy's BLAS called directly:
-   :mod:`tcc.blas_gemm`), from one native loop (:mod:`tcc.backends.gemm_loop`)
+   :mod:`tcc.runtime.externs.blas_gemm`), from one native loop (:mod:`tcc.backends.gemm_loop`)
    where every product has the same shapes and leading dimensions.  BLAS
    threads each product.  (Splitting the products over tcc's threads, each
    with a single-threaded BLAS, measured no faster here: 3.15-4.7 ms against
@@ -113,7 +113,7 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     """``out[...] = contract(A[...], B[...])`` for a spec whose first argument reads windows.
 
     The products run one after another on the calling thread; BLAS threads
-    each of them (the caller sets its thread count: ``tcc.runtime.blas_limit``)."""
+    each of them (the caller sets its thread count: ``tcc.runtime.compiled.blas_limit``)."""
     ia, ib, io = spec
     if out.size == 0:
         return

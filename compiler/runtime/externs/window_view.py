@@ -11,7 +11,7 @@ the result, done with ``np.einsum``.
 The interpreter computes windowed contractions this way, and the runtime
 does whenever an operand that its shifted GEMMs would multiply by padding
 or by the zeros of a widened layout is not all finite
-(``tcc.window_kernel``).  It shares nothing with the GEMM plan but the
+(``tcc.runtime.externs.window_kernel``).  It shares nothing with the GEMM plan but the
 extents, so tests that compare the two compare two methods.
 """
 from __future__ import annotations
