@@ -388,7 +388,7 @@ def torch_twin(stmt: Any, buffers: Mapping[str, np.ndarray]) -> Callable[[], Any
 
     Timed beside tcc's kernel in the same rounds, it shows how much of a gap is BLAS's: tcc calls the
     OpenBLAS NumPy links, torch MKL, and the two differ most on small products (48^3)."""
-    from tcc.reference.interpreter import einsum_equation
+    from tcc.runtime.externs.matrix_functions import einsum_equation
     from tcc.ir.contraction import has_window
 
     try:
@@ -426,7 +426,8 @@ def kernel_times(compiled: Any, arrays: Mapping[str, Any], repeat: int) -> list[
     """
     from tcc.backends.cpu import split_kernel
     from tcc.backends.thread_team import park
-    from tcc.runtime.compiled import run_extern, run_parallel
+    from tcc.runtime.compiled import run_parallel
+    from tcc.runtime.externs.dispatch import run_extern
 
     sizes, buffers = compiled.bind(dict(arrays))
     order = compiled.loops.buffers

@@ -14,7 +14,7 @@ code would silently misbehave:
   written by one iteration and read or written by another raises
   ``AssertionError``;
 * an external kernel (``extern inv(A) -> B``) runs the interpreter's
-  :func:`tcc.reference.interpreter.matrix_function`; an argument with an element that
+  :func:`tcc.runtime.externs.matrix_functions.matrix_function`; an argument with an element that
   no kernel wrote (NaN) raises.
 
 ``run_loops(program, inputs)`` returns every ``output`` and ``local`` buffer
@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.reference.interpreter import _BINARY, _COMPARE, _UNARY, einsum_contract, matrix_function
+from tcc.reference.interpreter import _BINARY, _COMPARE, _UNARY
+from tcc.runtime.externs.matrix_functions import einsum_contract, matrix_function
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Const, Expr, Select, Unary, Where
 from tcc.index_inputs import inverse_index, rows_of
 from tcc.ir.index import LOOKUP_ENV, Affine

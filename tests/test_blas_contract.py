@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 import tcc
 from tcc.build import DEFAULT_LOOP_PIPELINE
 from tcc.runtime.externs.contraction_kernel import run_contract
-from tcc.reference.interpreter import einsum_contract
+from tcc.runtime.externs.matrix_functions import einsum_contract
 from tcc.ir.diagnostics import TccError
 from tcc.ir.loops_parser import parse_loop_program
-from tcc.runtime.compiled import blas_limit
+from tcc.runtime.externs.dispatch import blas_limit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import assert_matches_interpreter, assert_results_close, random_inputs  # noqa: E402

@@ -78,6 +78,7 @@ class Report:
     cycles: list[str] = field(default_factory=list)
     long_modules: list[str] = field(default_factory=list)
     long_functions: list[str] = field(default_factory=list)
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)  # module -> the tcc modules it imports
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: dict[str, Path]) -> list[str]:
@@ -135,6 +136,7 @@ def check(root: Path, packages: dict[str, str]) -> Report:
         report.cycles.append(f"{' <-> '.join(component)}: " + "; ".join(edges))
     report.long_modules.sort()
     report.long_functions.sort()
+    report.graph = graph
     return report
 
 
@@ -168,6 +170,56 @@ def test_no_module_over_700_lines(report):
 
 def test_no_function_over_80_lines(report):
     _fail(f"functions over {MAX_FUNCTION_LINES} lines", report.long_functions)
+
+
+#: The rooms of the compiler layer (tcc = compiler/) and what each may not import directly:
+#: the command line and the framework integrations sit on top (nothing imports them); the
+#: runtime runs what the build made without knowing the oracle; the extern kernels are NumPy
+#: and BLAS code that the runtime and the reference share, below both.
+ROOM_RULES = {
+    "tcc.runtime": ("tcc.cli", "tcc.integrations", "tcc.reference", "tcc.api"),
+    "tcc.runtime.externs": ("tcc.cli", "tcc.integrations", "tcc.reference", "tcc.api", "tcc.build",
+                            "tcc.runtime.compiled", "tcc.runtime.call_orders"),
+    "tcc.reference": ("tcc.cli", "tcc.integrations", "tcc.runtime.compiled"),
+    "tcc.build": ("tcc.cli", "tcc.integrations"),
+    "tcc.integrations": ("tcc.cli",),
+}
+#: The oracle shares nothing with what it checks, not even indirectly: neither the passes, nor
+#: the code generator, nor the compiled-call machinery.  (It does reach the native counting
+#: sort, tcc.backends.counting_sort, through the index-input checks a compiled call shares: a
+#: stable order is unique, so sharing it cannot hide a kernel's bug; tests/test_indirect_index.py
+#: checks the sort against NumPy's stable argsort.)
+INTERPRETER_NEVER_REACHES = ("tcc.runtime.compiled", "tcc.build", "tcc.backends.cpu", "tcc.backends.lower_llvm",
+                             "tcc.backends.llvm.lower", "tcc.backends.llvm.exprs", "tcc.backends.llvm.kernels",
+                             "tcc.passes", "tcc.cli", "tcc.integrations")
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_rooms_import_only_what_their_rule_allows(report):
+    found = []
+    for a, b in sorted(report.graph.edges):
+        rooms = [room for room in ROOM_RULES if _within(a, room)]
+        if not rooms:
+            continue
+        room = max(rooms, key=len)  # the innermost room's rule
+        if any(_within(b, banned) for banned in ROOM_RULES[room]):
+            found.append(f"{a} ({room}) imports {b}")
+    _fail("imports between the compiler's rooms that their rules forbid (ROOM_RULES)", found)
+
+
+def test_the_reference_interpreter_reaches_no_compiler_machinery(report):
+    reached = nx.descendants(report.graph, "tcc.reference.interpreter")
+    _fail("modules the interpreter reaches that it must not (INTERPRETER_NEVER_REACHES)",
+          sorted(m for m in reached if any(_within(m, p) for p in INTERPRETER_NEVER_REACHES)))
+
+
+def test_the_compiler_package_holds_few_modules_directly():
+    """Fifteen modules at most directly in compiler/: the rest lives in rooms by concern."""
+    direct = sorted(p.name for p in (ROOT / "compiler").glob("*.py"))
+    assert len(direct) <= 15, direct
 
 
 # ---------------------------------------------------------------------------

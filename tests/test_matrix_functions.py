@@ -16,7 +16,7 @@ import pytest
 
 import tcc
 from tcc.cli.driver import main
-from tcc.reference.interpreter import matrix_function
+from tcc.runtime.externs.matrix_functions import matrix_function
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import assert_matches_interpreter, assert_results_close  # noqa: E402

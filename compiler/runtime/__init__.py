@@ -13,10 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_COMPILED = (
-    "CallError", "CompiledProgram", "MAX_THREADS", "blas_limit", "check_threads", "default_threads", "pool_size",
-    "run_extern", "run_parallel",
-)
+_COMPILED = ("CallError", "CompiledProgram", "MAX_THREADS", "check_threads", "default_threads", "pool_size", "run_parallel")
 __all__ = list(_COMPILED)
 
 

@@ -23,8 +23,8 @@ the call's buffers.
 
 External kernels (``extern inv(A) -> B``: a matrix function;
 ``extern matmul(A, B) -> C``: a matrix product) have no code;
-:func:`run_extern` computes them here with LAPACK or BLAS through NumPy
-(:func:`tcc.reference.interpreter.matrix_function`, the interpreter's own code, and
+:func:`tcc.runtime.externs.dispatch.run_extern` computes them with LAPACK or BLAS through NumPy
+(:func:`tcc.runtime.externs.matrix_functions.matrix_function`, the code the interpreter uses too, and
 ``np.matmul(A, B, out=C)``) on the bound arrays, in kernel order, writing the
 result into the output array in place.  They run on the calling thread (NumPy's BLAS may use its own
 threads), after every part of the previous kernel has finished.
@@ -38,7 +38,6 @@ This module imports no backend: ``import tcc.runtime.compiled`` loads no llvmlit
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import queue
@@ -49,14 +48,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
-from tcc.runtime.externs.blas_spin import shorten_blas_spin
-from tcc.runtime.externs.contraction_kernel import run_contract
-from tcc.ir.contraction import has_window
-from tcc.runtime.externs.window_kernel import run_window
-from tcc.runtime.externs.stack_matmul import matmul_stack
-from tcc.runtime.externs.gram_kernel import run_gram
+from tcc.runtime.externs.dispatch import blas_limit, run_extern
 from tcc.runtime.foreign_arrays import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
-from tcc.reference.interpreter import matrix_function
 from tcc.ir.diagnostics import TccError
 from tcc.index_inputs import IndexCache
 from tcc.runtime.result_pool import ResultPool
@@ -64,7 +57,7 @@ from tcc.runtime.scratch_pool import ScratchPool, reuse
 from tcc.sizes import bind_sizes, check_allocations, extents_shape, format_decl
 
 __all__ = [
-    "CallError", "CompiledProgram", "MAX_THREADS", "blas_limit", "check_threads", "default_threads", "pool_size", "run_extern", "run_parallel",
+    "CallError", "CompiledProgram", "MAX_THREADS", "check_threads", "default_threads", "pool_size", "run_parallel",
 ]
 
 #: The most threads a program runs on.  Threads beyond the cores only add
@@ -90,73 +83,6 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
-
-
-_blas: Any = None  # the BLAS libraries' ThreadpoolController selection, made on first use
-
-
-def blas_limit(threads: int | None) -> Any:
-    """A context that runs BLAS with at most ``threads`` threads (issue 13 item 2).
-
-    External kernels run on the calling thread while tcc's pool is idle (the
-    previous kernel's parts have all finished), so a call uses at most
-    ``threads`` cores exactly when BLAS does too.  One threadpoolctl
-    controller is created on first use and reused; the BLAS libraries' current
-    thread counts are read each time (a ctypes call each), and when none
-    exceeds ``threads`` nothing is changed: a null context.  Otherwise the
-    limit is set for the extern and restored after it (docs/runtime.md has
-    the measured cost).  ``threads=None`` leaves BLAS alone.
-    """
-    global _blas
-    if threads is None:
-        return contextlib.nullcontext()
-    if _blas is None:
-        from threadpoolctl import ThreadpoolController
-
-        _blas = ThreadpoolController().select(user_api="blas")
-    if all(lib.num_threads <= threads for lib in _blas.lib_controllers):
-        return contextlib.nullcontext()
-    return _blas.limit(limits=threads)
-
-
-def run_extern(stmt: Any, buffers: Mapping[str, np.ndarray], threads: int | None = None) -> None:
-    """Run the external kernel ``extern fn(args) -> out`` on the bound arrays, writing ``out`` in place.
-
-    ``matmul`` writes straight into ``out`` (``np.matmul(A, B, out=C)``: NumPy's
-    BLAS, no temporary; the runtime never binds overlapping buffers; an inf
-    times a zero is NaN without NumPy's warning, as in the compiled kernels).  An
-    argument read transposed (``matmul(A, transpose(B))``) is passed as the
-    transposed view ``B.T``: NumPy hands BLAS the stored array with the
-    transpose flag, so nothing is copied.  ``contract`` reshapes (or copies)
-    its operands into matrix stacks and makes one ``np.matmul``
-    (:mod:`tcc.runtime.externs.contraction_kernel`); ``gram`` scales and calls ``syrk`` or GEMM
-    (:mod:`tcc.runtime.externs.gram_kernel`).  BLAS runs with at most ``threads``
-    threads (:func:`blas_limit`).
-    """
-    out = buffers[stmt.out]
-    shorten_blas_spin()  # once per process: OpenBLAS's idle workers would spin 0.1 s on the team's cores
-    # inf * 0 is NaN in a product as in the compiled kernels, without NumPy's RuntimeWarning
-    with blas_limit(threads), np.errstate(invalid="ignore", over="ignore"):
-        if getattr(stmt, "spec", ()) and has_window(stmt.spec):  # a stride-1 convolution: shifted GEMMs
-            run_window(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out)
-        elif getattr(stmt, "spec", ()):
-            run_contract(stmt.spec, buffers[stmt.args[0]], buffers[stmt.args[1]], out, threads)
-        elif stmt.fn == "gram":  # X^T diag(w) X: syrk when every weight is >= 0 (tcc.runtime.externs.gram_kernel)
-            run_gram(buffers[stmt.args[0]], buffers[stmt.args[1]], out)
-        elif stmt.fn == "matmul":
-            flags = getattr(stmt, "transposed", ()) or (False, False)
-            a, b = (np.swapaxes(buffers[n], -1, -2) if t else buffers[n] for n, t in zip(stmt.args, flags))
-            if out.size == 0:  # nothing to write (an empty column count made reshape(-1, 0) ambiguous)
-                pass
-            elif a.shape[-1] == 0:  # an empty inner dimension: the product is all zeros
-                out[...] = 0
-            elif a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous and a.size:
-                # a stack of matrices times one matrix is one GEMM on the stacked rows (not one per member)
-                np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
-            else:  # a stack of small products is dealt over the thread team (tcc.runtime.externs.stack_matmul)
-                matmul_stack(a, b, out, threads)
-        else:
-            out[...] = matrix_function(stmt.fn, *(buffers[n] for n in stmt.args), where=f"definition '{stmt.out}'")
 
 
 class _Batch:

@@ -113,7 +113,7 @@ def run_window(spec: Spec, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     """``out[...] = contract(A[...], B[...])`` for a spec whose first argument reads windows.
 
     The products run one after another on the calling thread; BLAS threads
-    each of them (the caller sets its thread count: ``tcc.runtime.compiled.blas_limit``)."""
+    each of them (the caller sets its thread count: ``tcc.runtime.externs.dispatch.blas_limit``)."""
     ia, ib, io = spec
     if out.size == 0:
         return
