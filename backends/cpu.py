@@ -36,7 +36,7 @@ from tcc.ir.index import lookups
 
 from . import thread_team
 from .array_address import data_addresses
-from .target import Call, Executable
+from .target import Invocation, Executable
 from .zero_fill import zero_fills
 
 from .llvm.machines import host_data_layout, host_target_machine, host_triple, initialize_host, new_host_target_machine
@@ -214,14 +214,14 @@ class CpuExecutable(Executable):
         """Results the runtime allocates with ``np.zeros`` when the caller does not pass them."""
         return frozenset(self.zero_fills.values())
 
-    def arguments(self, call: Call) -> tuple[Any, Any]:
+    def arguments(self, call: Invocation) -> tuple[Any, Any]:
         """The ctypes arrays of buffer pointers and sizes every kernel takes (in the program's order)."""
         order = self.program.buffers
         ptrs = (ctypes.c_void_p * max(1, len(order)))(*data_addresses(call.buffers[b.name] for b in order))
         sizes = (ctypes.c_int64 * max(1, len(self.program.sizes)))(*[call.sizes[s] for s in self.program.sizes])
         return ptrs, sizes
 
-    def run(self, call: Call) -> dict[str, Any]:
+    def run(self, call: Invocation) -> dict[str, Any]:
         ptrs, size_vals = self.arguments(call)
         threads = call.threads
         names = self.program.sizes

@@ -56,7 +56,7 @@ from tcc.ir.loops import For
 
 from .llvm.kernels import band_extents, grid_band
 from .ptx import PTXModule, device_ordinal
-from .target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
+from .target import COMPLEX_HINT, DTYPES, Invocation, CallError, Executable
 
 __all__ = ["BLOCK", "BLOCKS_PER_SM", "CudaExecutable", "launch_shape", "load", "require_pycuda"]
 
@@ -353,7 +353,7 @@ class CudaExecutable(Executable):
         return False
 
     # -- calling -----------------------------------------------------------
-    def run(self, call: Call) -> dict[str, Any]:
+    def run(self, call: Invocation) -> dict[str, Any]:
         """Stage NumPy arrays and allocate results on the device, launch every kernel, copy results back."""
         drv = _STATE["driver"]
         buffers = call.buffers
@@ -382,7 +382,7 @@ class CudaExecutable(Executable):
         drv.Context.synchronize()  # before `keep` (temporaries, staged copies) is freed
         return out
 
-    def _device_buffers(self, call: Call) -> tuple[list[Any], dict[str, int], DeviceArray | None]:
+    def _device_buffers(self, call: Invocation) -> tuple[list[Any], dict[str, int], DeviceArray | None]:
         """Every buffer on the device: ``(memory to keep alive, pointers by name, the first device argument)``.
 
         A NumPy buffer becomes ``(array, device copy)`` in ``call.buffers``

@@ -19,7 +19,7 @@ from . import cpu
 from .cuda import launch_shape
 from .llvm.kernels import grid_band
 from .llvm.module import LLVMModule
-from .target import Call
+from .target import Invocation
 
 __all__ = ["SIM_BLOCK", "SIM_MAX_BLOCKS", "SimExecutable", "jit"]
 
@@ -34,7 +34,7 @@ class SimExecutable(cpu.CpuExecutable):
 
     bands: tuple[tuple[For, ...], ...] = ()
 
-    def run(self, call: Call) -> dict[str, Any]:
+    def run(self, call: Invocation) -> dict[str, Any]:
         ptrs, size_vals = self.arguments(call)
         for k, band in zip(self.kernels, self.bands):
             if k.extern is not None:

@@ -54,7 +54,7 @@ class CallError(TccError, ValueError):
 
 
 @dataclass(frozen=True)
-class Call:
+class Invocation:
     """One call of a compiled program, its arguments checked and bound by the runtime.
 
     ``buffers`` holds every buffer's storage (what :meth:`Executable.check_input`,
@@ -113,7 +113,7 @@ class Executable:
         """Whether two bound buffers may share memory (a result must not overlap any other buffer)."""
         return np.may_share_memory(a, b)
 
-    def run(self, call: Call) -> dict[str, Any]:
+    def run(self, call: Invocation) -> dict[str, Any]:
         """Run every kernel on the bound buffers; the results by name."""
         raise NotImplementedError
 

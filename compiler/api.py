@@ -40,7 +40,9 @@ def read_source(path: str | os.PathLike) -> tuple[str, str]:
         raise TccError(f"cannot read '{path}': not UTF-8 text ({exc.reason})") from None
 
 
-def _looks_like_path(text: str) -> bool:
+def is_source_path(text: str) -> bool:
+    """How every entry point tells a path from program text: one line naming a file, ending in
+    ``.tcc``, or ``-`` (stdin)."""
     return "\n" not in text and (text.endswith(".tcc") or text == "-" or os.path.isfile(text))
 
 
@@ -55,7 +57,7 @@ def parse(text_or_path: str | os.PathLike, filename: str | None = None) -> Any:
     from tcc.ir.parser import parse_program
 
     if isinstance(text_or_path, os.PathLike) or (
-        isinstance(text_or_path, str) and filename is None and _looks_like_path(text_or_path)
+        isinstance(text_or_path, str) and filename is None and is_source_path(text_or_path)
     ):
         text, name = read_source(text_or_path)
         return parse_program(text, filename or name)
@@ -96,7 +98,7 @@ def derivative_target(program_or_text: Any, of: str | None, wrt: str | Sequence[
 
     _check_program_arg(program_or_text, "a derivative")
     if isinstance(program_or_text, (str, os.PathLike)):
-        if isinstance(program_or_text, os.PathLike) or _looks_like_path(program_or_text):
+        if isinstance(program_or_text, os.PathLike) or is_source_path(program_or_text):
             text, name = read_source(program_or_text)
         else:
             text, name = program_or_text, "<string>"

@@ -31,7 +31,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tcc.backends import BUILTIN_TARGETS
 from tcc.backends.builtin_targets import DEFAULT_GPU_PIPELINE, DEFAULT_LOOP_PIPELINE  # re-exported
 from tcc.backends.target import DTYPES  # re-exported
 from tcc.instruments import BaseInstrument
@@ -43,7 +42,6 @@ from tcc.sizes import check_program_index_ranges
 from tcc.targets import get_target
 
 #: the built-in target names (the registry, :mod:`tcc.targets`, may know more)
-TARGETS = tuple(BUILTIN_TARGETS)
 
 #: How many compiled programs the in-memory cache keeps (least recently used evicted first);
 #: change it with :func:`set_cache_size`.

@@ -28,13 +28,14 @@ import traceback
 from typing import IO, Any, Callable, Sequence
 
 from tcc.backends import BUILTIN_TARGETS
+from tcc.backends.target import DTYPES
 from tcc.ir.diagnostics import TccError
 from tcc.logconfig import ENV_VAR, cli_logging
 from tcc.cli.npz_files import input_array, load_npz, write_npz
 
 TARGETS = list(BUILTIN_TARGETS)  # the built-in table only: reading entry points would slow every start
 EMITS = ["index", "loops", "llvm", "ptx", "asm", "dot"]
-DTYPES = ["float64", "float32"]
+DTYPES = list(DTYPES)  # the element types of tcc.backends.target, as argparse choices
 
 
 class _UsageError(Exception):

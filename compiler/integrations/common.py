@@ -11,23 +11,28 @@ the derivative of the derivative is tcc's next-order program.
 """
 from __future__ import annotations
 
+import os
+
 import threading
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from tcc.backends.target import DTYPES
 from tcc.ir.diagnostics import TccError
 
-__all__ = ["DTYPES", "FrameworkFunction", "read_source"]
-
-DTYPES = ("float64", "float32")
+__all__ = ["DTYPES", "FrameworkFunction", "program_source"]
 
 
-def read_source(source: Any) -> Any:
-    """The program text where ``source`` is a path ending in ``.tcc``; anything else as given."""
-    if isinstance(source, str) and "\n" not in source and source.endswith(".tcc"):
-        with open(source, encoding="utf-8") as fh:
-            return fh.read()
+def program_source(source: Any) -> Any:
+    """The program text where ``source`` is a path as :func:`tcc.parse` reads one (a ``PathLike``,
+    or a one-line string naming a file or ending in ``.tcc``: :func:`tcc.api.is_source_path`);
+    anything else (text, a parsed program) as given.  The function keeps text, not the path, so
+    that it pickles and compiles the same wherever it is loaded."""
+    from tcc.api import is_source_path, read_source
+
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and source != "-" and is_source_path(source)):
+        return read_source(source)[0]
     return source
 
 

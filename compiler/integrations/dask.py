@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tcc.integrations.common import FrameworkFunction, read_source
+from tcc.integrations.common import FrameworkFunction, program_source
 from tcc.ir.diagnostics import TccError
 from tcc.ir.bounds import uses
 from tcc.ir.expr import RANGED, ZERO, Access, Binary, Reduce, Sum, Unary, Where, free_names, postorder, transform
@@ -527,4 +527,4 @@ def compile(source: Any, *, dtype: Any = None, passes: Any = None) -> DaskFuncti
     takes it from the float inputs at each call.  ``passes`` is given to
     :func:`tcc.compile` for every block kernel.
     """
-    return DaskFunction(read_source(source), None if dtype is None else str(np.dtype(dtype)), passes)
+    return DaskFunction(program_source(source), None if dtype is None else str(np.dtype(dtype)), passes)

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tcc.integrations.common import FrameworkFunction, read_source
+from tcc.integrations.common import FrameworkFunction, program_source
 from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape
 
@@ -166,4 +166,4 @@ def function(source: Any, *, dtype: Any = None) -> JaxFunction:
     takes it from the float inputs at each call (float64 needs
     ``jax_enable_x64``).
     """
-    return JaxFunction(read_source(source), None if dtype is None else str(np.dtype(dtype)))
+    return JaxFunction(program_source(source), None if dtype is None else str(np.dtype(dtype)))

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from tcc.integrations.common import FrameworkFunction, read_source
+from tcc.integrations.common import FrameworkFunction, program_source
 from tcc.ir.diagnostics import TccError
 
 __all__ = ["function", "TorchFunction"]
@@ -190,4 +190,4 @@ def function(source: Any, *, dtype: Any = None, target: str = "cpu", threads: in
     ``cpu``, ``cuda-sim`` (CPU tensors) or ``cuda`` (CUDA tensors in place, or
     CPU tensors copied through the device); ``threads`` as for :func:`tcc.compile`.
     """
-    return TorchFunction(read_source(source), None if dtype is None else str(np.dtype(dtype)), target, threads)
+    return TorchFunction(program_source(source), None if dtype is None else str(np.dtype(dtype)), target, threads)

@@ -32,7 +32,7 @@ threads), after every part of the previous kernel has finished.
 What is specific to a target -- device arrays, where buffers live, how
 kernels are launched -- is its executable's (:class:`tcc.backends.target.Executable`,
 made by the target's ``load``): this module checks and binds a call's
-arguments and hands the executable a :class:`~tcc.backends.target.Call`
+arguments and hands the executable a :class:`~tcc.backends.target.Invocation`
 with what host code borrows from it (external kernels, the thread pool).
 This module imports no backend: ``import tcc.runtime.compiled`` loads no llvmlite.
 """
@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tcc.backends.target import COMPLEX_HINT, DTYPES, Call, CallError, Executable
+from tcc.backends.target import COMPLEX_HINT, DTYPES, Invocation, CallError, Executable
 from tcc.runtime.externs.dispatch import blas_limit, run_extern
 from tcc.runtime.foreign_arrays import ARRAY_OBJECTS, OUTPUT_OBJECTS, host_array, host_output, off_host
 from tcc.ir.diagnostics import TccError
@@ -553,7 +553,7 @@ class CompiledProgram:
             kept = self._pool.take()
             sizes, buffers = self.bind(arrays, kept)
             extern = functools.partial(run_extern, threads=self._threads)  # BLAS within the call's threads
-            call = Call(sizes, buffers, arrays, self.results, self.dtype, self._threads, extern, run_parallel)
+            call = Invocation(sizes, buffers, arrays, self.results, self.dtype, self._threads, extern, run_parallel)
             if self._threads > 1 and self._parallel:
                 with call_scope():  # the parallel kernels share one Ctrl-C deferral
                     out = self.executable.run(call)
