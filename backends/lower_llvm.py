@@ -37,6 +37,6 @@ class LowerLLVM(Pass):
     ptx: int = 0
 
     def run(self, program, ctx: PassContext):
-        from .llvm import lower_program  # llvmlite is imported only when code is generated
+        from .llvm import lower_to_llvm  # llvmlite is imported only when code is generated
 
-        return lower_program(program, self.dtype, self.target, self.reassociate, self.contract, self.arch, self.ptx)
+        return lower_to_llvm(program, self.dtype, self.target, self.reassociate, self.contract, self.arch, self.ptx)

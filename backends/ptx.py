@@ -1,7 +1,7 @@
 """GPU code generation: the shared LLVM lowering retargeted to ``nvptx64-nvidia-cuda``, out as PTX.
 
 What is specific to NVIDIA GPUs lives here; the kernel bodies come from
-:func:`tcc.backends.llvm.lower_program` with ``target="cuda"`` (the grid ABI
+:func:`tcc.backends.llvm.lower_to_llvm` with ``target="cuda"`` (the grid ABI
 described there).  This module
 
 * finds the CUDA toolkit's **libdevice** (``CUDA_HOME``, ``CUDA_PATH``, the

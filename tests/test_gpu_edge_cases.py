@@ -31,7 +31,7 @@ import tcc
 from compare import assert_matches_interpreter
 from tcc.backends import cpu
 from tcc.backends.cuda import launch_shape
-from tcc.backends.llvm import grid_band, lower_program
+from tcc.backends.llvm import grid_band, lower_to_llvm
 from tcc.instruments import VerifyEach
 from tcc.ir.loops_parser import parse_loop_program
 from tcc.ir.loops_verifier import verify_loops
@@ -61,7 +61,7 @@ def grid_runner(loops, dtype="float64"):
 
     Results and temps start as NaN, so an element no kernel wrote shows.
     """
-    module = cpu.optimize(lower_program(loops, dtype, "cuda-sim", reassociate="never"), 3)
+    module = cpu.optimize(lower_to_llvm(loops, dtype, "cuda-sim", reassociate="never"), 3)
     executable = cpu.jit(module)
 
     def run(inputs, sizes, block=8, max_blocks=3):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tcc.backends import cpu
-from tcc.backends.llvm import LLVMModule, codegen_target, kernel_symbol, lower_program
+from tcc.backends.llvm import LLVMModule, codegen_target, kernel_symbol, lower_to_llvm
 from tcc.ir.diagnostics import TccError
 from tcc.reference.interpreter import _UNARY
 from tcc.ir.expr import UNARY_FUNCTIONS, Access, Binary, Const, Sum, Unary, Where
@@ -46,7 +46,7 @@ def program(sizes, buffers, *kernels) -> LoopProgram:
 
 
 def build(prog: LoopProgram, dtype: str = "float64", **kw) -> cpu.CpuExecutable:
-    return cpu.jit(cpu.optimize(lower_program(prog, dtype, **kw)))
+    return cpu.jit(cpu.optimize(lower_to_llvm(prog, dtype, **kw)))
 
 
 def call(ex: cpu.CpuExecutable, arrays: dict, sizes: dict, kernels=None, part: int = 0, nparts: int = 1) -> None:
@@ -114,7 +114,7 @@ def test_powers_match_numpy():
     body.append(Store("w", (i,), Binary("+", Binary("**", Const(2), x_("e", i)),
                                         Binary("**", Binary("+", x_("x", i), Const(1)), Const(3)))))
     prog = program(["n"], bufs, Kernel("pow", (loop("i", ZERO, n - 1, *body),)))
-    llvm_module = lower_program(prog)
+    llvm_module = lower_to_llvm(prog)
     text = str(llvm_module)
     assert text.count("llvm.pow.f64") >= 2 and "fdiv" in text
     ex = cpu.jit(cpu.optimize(llvm_module))
@@ -135,7 +135,7 @@ def test_powers_match_numpy():
 def test_integer_powers_are_multiplications():
     prog = program(["n"], [Buffer("x", (n,), "input"), Buffer("y", (n,), "output")],
                    Kernel("p", (loop("i", ZERO, n - 1, Store("y", (i,), Binary("**", x_("x", i), Const(-16)))),)))
-    text = str(lower_program(prog))
+    text = str(lower_to_llvm(prog))
     assert "pow" not in text
     assert text.count("fmul") == 4 and text.count("fdiv") == 1  # x^2, x^4, x^8, x^16, then 1/x^16
 
@@ -246,7 +246,7 @@ def test_where_is_lazy():
     guarded = Where(Compare(">=", i, A.var("p")), x_("x", i + FAR), x_("x", i))
     body = (Store("y", (i,), shifted), Store("z", (i,), guarded))
     bufs = [Buffer("x", (n,), "input"), Buffer("y", (n,), "output"), Buffer("z", (n,), "output")]
-    llvm_module = lower_program(program(["n", "p"], bufs, Kernel("shift", (loop("i", ZERO, n - 1, *body),))))
+    llvm_module = lower_to_llvm(program(["n", "p"], bufs, Kernel("shift", (loop("i", ZERO, n - 1, *body),))))
     assert "where.then" in str(llvm_module)
     ex = cpu.jit(cpu.optimize(llvm_module))
     for nn in (1, 2, 9):
@@ -263,7 +263,7 @@ def test_load_free_where_is_a_select():
     body = (Store("y", (i,), Binary("*", x_("x", i), Where(Compare("<", i, c(3)), Const(2), Unary("neg", Const(1))))),)
     bufs = [Buffer("x", (n,), "input"), Buffer("y", (n,), "output")]
     prog = program(["n"], bufs, Kernel("sel", (loop("i", ZERO, n - 1, *body),)))
-    text = str(lower_program(prog))
+    text = str(lower_to_llvm(prog))
     assert "select" in text and "where.then" not in text
     ex = build(prog)
     x, y = np.arange(6.0), np.zeros(6)
@@ -327,7 +327,7 @@ def test_float32():
         Store("y", (i,), Binary("**", x_("s"), Const(2))),
     )
     bufs = [Buffer("x", (n, m), "input"), Buffer("w", (m,), "input"), Buffer("y", (n,), "output")]
-    llvm_module = lower_program(program(["n", "m"], bufs, Kernel("k", (loop("i", ZERO, n - 1, *body),))), "float32")
+    llvm_module = lower_to_llvm(program(["n", "m"], bufs, Kernel("k", (loop("i", ZERO, n - 1, *body),))), "float32")
     assert "double" not in str(llvm_module) and "@expf" not in str(llvm_module)  # llvm.exp.f32 intrinsic
     ex = cpu.jit(cpu.optimize(llvm_module))
     assert ex.dtype == "float32"
@@ -342,8 +342,8 @@ def test_float32():
 def test_float32_calls_the_f_suffixed_libm_functions():
     bufs = [Buffer("x", (n,), "input"), Buffer("y", (n,), "output")]
     prog = program(["n"], bufs, Kernel("k", (loop("i", ZERO, n - 1, Store("y", (i,), Unary("tan", x_("x", i)))),)))
-    assert "@\"tanf\"" in str(lower_program(prog, "float32"))
-    assert "@\"tan\"" in str(lower_program(prog, "float64"))
+    assert "@\"tanf\"" in str(lower_to_llvm(prog, "float32"))
+    assert "@\"tan\"" in str(lower_to_llvm(prog, "float64"))
 
 
 # ---------------------------------------------------------------------------
@@ -428,7 +428,7 @@ def elementwise_program() -> LoopProgram:
 
 def test_elementwise_kernel_is_vectorized():
     """Distinct buffers are noalias, so LLVM vectorizes without runtime overlap checks."""
-    opt = cpu.optimize(lower_program(elementwise_program()))
+    opt = cpu.optimize(lower_to_llvm(elementwise_program()))
     assert isinstance(opt, LLVMModule) and isinstance(opt.module, str)
     assert VECTOR.search(str(opt)), str(opt)
     assert "vector.memcheck" not in str(opt)
@@ -439,9 +439,9 @@ def test_reassociated_reductions_vectorize_a_dot_product():
             Store("y", (), x_("s")))
     bufs = [Buffer("a", (n,), "input"), Buffer("b", (n,), "input"), Buffer("y", (), "output")]
     prog = program(["n"], bufs, Kernel("dot", body))
-    exact = lower_program(prog, reassociate="never")
-    fast = lower_program(prog)  # contiguous: a and b have unit stride in k
-    assert str(fast) == str(lower_program(prog, reassociate="always"))
+    exact = lower_to_llvm(prog, reassociate="never")
+    fast = lower_to_llvm(prog)  # contiguous: a and b have unit stride in k
+    assert str(fast) == str(lower_to_llvm(prog, reassociate="always"))
     assert "reassoc" not in str(exact) and "fadd reassoc" in str(fast)
     assert VECTOR.search(str(cpu.optimize(fast)))
     a, b = np.linspace(0, 1, 1001), np.linspace(1, 2, 1001)
@@ -454,7 +454,7 @@ def test_reassociated_reductions_vectorize_a_dot_product():
 
 def test_lowering_is_deterministic():
     for make in (elementwise_program, reduction_program, unary_program):
-        first, second = lower_program(make()), lower_program(make())
+        first, second = lower_to_llvm(make()), lower_to_llvm(make())
         assert str(first) == str(second)
         assert str(cpu.optimize(first)) == str(cpu.optimize(second))
 
@@ -463,7 +463,7 @@ def test_module_object_and_symbols():
     prog = program(["n"], [Buffer("y", (n,), "output")],
                    Kernel("init", (loop("i", ZERO, n - 1, Store("y", (i,), Const(1))),)),
                    Kernel("f.x-2", (loop("i", ZERO, n - 1, Accumulate("y", (i,), Const(1))),)))
-    mod = lower_program(prog)
+    mod = lower_to_llvm(prog)
     assert mod.kernel_symbols == ("tcc_0_init", "tcc_1_f_x_2") == tuple(
         kernel_symbol(q, kern) for q, kern in enumerate(prog.kernels))
     assert mod.program is prog and mod.dtype == "float64" and mod.target == "cpu"
@@ -513,23 +513,23 @@ def _one_store(value, indices=(i,), name="y") -> LoopProgram:
 )
 def test_ill_formed_loop_programs_are_user_errors(prog, message):
     with pytest.raises(TccError, match=message):
-        lower_program(prog)
+        lower_to_llvm(prog)
 
 
 def test_bad_options():
     prog = _one_store(Const(1))
     with pytest.raises(TccError, match="element type"):
-        lower_program(prog, "float16")
+        lower_to_llvm(prog, "float16")
     with pytest.raises(TccError, match="arch and ptx are options of target cuda, not of 'cpu'"):
-        lower_program(prog, arch="sm_80")
+        lower_to_llvm(prog, arch="sm_80")
     with pytest.raises(TccError, match="unknown target"):
-        lower_program(prog, target="tpu")
+        lower_to_llvm(prog, target="tpu")
     with pytest.raises(TccError, match="loop program"):
-        lower_program("not a program")  # type: ignore[arg-type]
+        lower_to_llvm("not a program")  # type: ignore[arg-type]
 
 
 def test_invalid_llvm_is_a_compiler_bug():
-    mod = lower_program(_one_store(Const(1)))
+    mod = lower_to_llvm(_one_store(Const(1)))
     broken = LLVMModule(str(mod).replace("ret void", "", 1), mod.program, mod.dtype, mod.target, mod.kernel_symbols)
     with pytest.raises(RuntimeError, match="invalid LLVM IR"):
         broken.verify()
@@ -544,8 +544,8 @@ def test_contract_option_allows_fused_multiply_add():
             Store("y", (), x_("s")))
     bufs = [Buffer("a", (n,), "input"), Buffer("b", (n,), "input"), Buffer("y", (), "output")]
     prog = program(["n"], bufs, Kernel("dot", body))
-    assert "contract" not in str(lower_program(prog))
-    fused = lower_program(prog, contract=True)
+    assert "contract" not in str(lower_to_llvm(prog))
+    fused = lower_to_llvm(prog, contract=True)
     assert "fmul contract" in str(fused) and "fadd reassoc contract" in str(fused)
     a, b = np.linspace(0, 1, 101), np.linspace(1, 2, 101)
     y = np.zeros(())
@@ -578,7 +578,7 @@ def _bodies(text: str) -> dict[str, str]:
 
 def test_kernel_body_takes_only_the_buffers_it_uses():
     prog = _chain_program(6, scale=tuple(float(q) for q in range(1, 7)))  # all different: no sharing
-    bodies = _bodies(str(lower_program(prog)))
+    bodies = _bodies(str(lower_to_llvm(prog)))
     assert len(bodies) == 6
     # h3 reads h2 and writes h3: two buffers, the size n, part and nparts
     assert bodies["tcc_2_h3.body"].count("ptr noalias") == 2
@@ -588,13 +588,13 @@ def test_kernel_body_takes_only_the_buffers_it_uses():
 
 def test_kernels_equal_up_to_names_share_one_noinline_body():
     prog = _chain_program(5)
-    text = str(lower_program(prog))
+    text = str(lower_to_llvm(prog))
     bodies = _bodies(text)
     # h1 reads the input x: its shape is that of the others, so it is shared too
     assert list(bodies) == ["tcc_0_h1.body"]
     assert "noinline" in bodies["tcc_0_h1.body"] and "alwaysinline" not in bodies["tcc_0_h1.body"]
     assert text.count('call void @"tcc_0_h1.body"') == 5
-    assert text == str(lower_program(prog))  # deterministic
+    assert text == str(lower_to_llvm(prog))  # deterministic
 
     nn = 37
     x = np.linspace(-2, 2, nn)
@@ -608,7 +608,7 @@ def test_kernels_equal_up_to_names_share_one_noinline_body():
 
 def test_kernels_that_differ_in_a_constant_do_not_share():
     prog = _chain_program(3, scale=(2.0, 3.0, 2.0))
-    bodies = _bodies(str(lower_program(prog)))
+    bodies = _bodies(str(lower_to_llvm(prog)))
     assert sorted(bodies) == ["tcc_0_h1.body", "tcc_1_h2.body"]
     assert "noinline" in bodies["tcc_0_h1.body"] and "alwaysinline" in bodies["tcc_1_h2.body"]
 

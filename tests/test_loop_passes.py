@@ -63,7 +63,7 @@ def on_loops(loops: LoopProgram | str, passes: str) -> LoopProgram:
     return run_pipeline(loops, passes, start=Level.LOOPS)
 
 
-def assert_matches_interpreter(program, passes: str, sizes=SIZES, counts=None) -> LoopProgram:
+def assert_loops_match_interpreter(program, passes: str, sizes=SIZES, counts=None) -> LoopProgram:
     """Lower and optimise ``program``; its results must equal the interpreter's."""
     loops = lower(program, passes)
     verify_loops(loops)
@@ -103,7 +103,7 @@ def _programs(path: Path):
 def test_examples_and_derivatives_match_the_interpreter(path):
     for label, program in _programs(path):
         for passes in PIPELINES:
-            assert_matches_interpreter(program, passes)
+            assert_loops_match_interpreter(program, passes)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -140,8 +140,8 @@ def test_hoist_makes_the_logistic_regression_hessian_cheaper():
     h = tcc.grad(g, of="dw", wrt="w")  # sum over dw2_z1 and dw2_z0 of ... sum[j] ...
     sizes = {"m": 3, "n": 6}
     plain, hoisted = {}, {}
-    before = assert_matches_interpreter(h, "lower-loops", sizes, counts=plain)
-    after = assert_matches_interpreter(h, "lower-loops,hoist", sizes, counts=hoisted)
+    before = assert_loops_match_interpreter(h, "lower-loops", sizes, counts=plain)
+    after = assert_loops_match_interpreter(h, "lower-loops,hoist", sizes, counts=hoisted)
     # before: one nest of depth 4 (dw2_0, dw2_z1, dw2_z0, j): O(m n^3)
     assert [k.name for k in before.kernels] == ["dw2"]
     assert depth(before.kernels[0].body) == 4
@@ -186,7 +186,7 @@ def test_hoist_logistic_regression_example_and_its_hessian():
     g = tcc.grad(p, of="f", wrt="w")
     h = tcc.grad(g, of="dw", wrt="w")
     for program in (p, g, h):
-        assert_matches_interpreter(program, "lower-loops,hoist", {"m": 3, "n": 5})
+        assert_loops_match_interpreter(program, "lower-loops,hoist", {"m": 3, "n": 5})
     # dw2 = sum over examples of dz2[i] * y[i] * X[i, k]: nothing left to hoist,
     # and nothing hoisted wrongly
     loops = lower(h, "lower-loops,hoist")
@@ -199,8 +199,8 @@ def test_hoist_an_inner_sum_that_does_not_depend_on_the_element():
     p = tcc.parse("input x[n, m], w[m]\nf[i, j] = x[i, j] * sum[k](w[k] * x[0, k])\n")
     g = tcc.grad(p, of="f", wrt="x,w")
     plain, hoisted = {}, {}
-    assert_matches_interpreter(g, "lower-loops", counts=plain)
-    loops = assert_matches_interpreter(g, "lower-loops,hoist", counts=hoisted)
+    assert_loops_match_interpreter(g, "lower-loops", counts=plain)
+    loops = assert_loops_match_interpreter(g, "lower-loops,hoist", counts=hoisted)
     assert "temp dx_t, dx_t2, dw_t\n" in str(loops)
     # x[0, k] is only in bounds when n >= 1, which the dx loop nest implied
     assert kernel_text(loops, "dx_t") == (
@@ -229,7 +229,7 @@ def test_hoist_an_inner_sum_that_does_not_depend_on_the_element():
 
 def test_hoist_factors_invariant_multipliers_out_of_gradient_sums():
     g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="d")
-    loops = assert_matches_interpreter(g, "lower-loops,hoist{licm=false extract=false}")
+    loops = assert_loops_match_interpreter(g, "lower-loops,hoist{licm=false extract=false}")
     assert kernel_text(loops, "dd") == (
         "kernel dd {\n"
         "  for dd_0 in 0..7 {\n"
@@ -411,7 +411,7 @@ kernel y {
 
 def test_hoist_on_every_urban_gradient_is_what_the_paper_needs():
     g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="a,b,c,d")
-    loops = assert_matches_interpreter(g, "lower-loops,hoist")
+    loops = assert_loops_match_interpreter(g, "lower-loops,hoist")
     # dc is nonzero on the diagonal only: its reduction runs once per row, not per element
     dc = kernel_text(loops, "dc")
     assert dc.index("local dc_acc = 0") < dc.index("for dc_1 in max(0, dc_0)..min(2, dc_0)")
@@ -425,7 +425,7 @@ def test_hoist_on_every_urban_gradient_is_what_the_paper_needs():
 
 def test_fuse_softmax_rows_into_one_nest():
     p = run_pipeline(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("softmax_matmul")]), "infer-ranges")
-    loops = assert_matches_interpreter(p, "lower-loops,hoist,fuse")
+    loops = assert_loops_match_interpreter(p, "lower-loops,hoist,fuse")
     # z, e and y are element-wise over (i, j); s reads the whole row i but
     # only row i: all four fuse over rows, z and e also over columns, and e
     # and s read what the same iteration just computed
@@ -456,7 +456,7 @@ def test_fuse_softmax_rows_into_one_nest():
 
 def test_fuse_a_zero_fill_with_the_nest_that_fills_the_diagonal():
     g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="c")
-    loops = assert_matches_interpreter(g, "lower-loops,hoist,fuse")
+    loops = assert_loops_match_interpreter(g, "lower-loops,hoist,fuse")
     # f, the zero fill of dc and the diagonal of dc all run over rows, and dc
     # reads row i of f only: one nest (dc's rows renamed to f's)
     assert [k.name for k in loops.kernels] == ["f_dc_fill_dc"]
@@ -483,11 +483,11 @@ def test_fuse_a_zero_fill_with_the_nest_that_fills_the_diagonal():
 def test_fuse_refuses_to_read_another_iterations_element():
     # y reads x2 reversed: iteration i needs x2[n - 1 - i], written by another iteration
     p = tcc.parse("input x[n]\nlocal x2[n]\noutput y[n]\nx2[i] = x[i] * 2\ny[i] = x2[n - 1 - i]\n")
-    loops = assert_matches_interpreter(run_pipeline(p, "infer-ranges"), "lower-loops,fuse")
+    loops = assert_loops_match_interpreter(run_pipeline(p, "infer-ranges"), "lower-loops,fuse")
     assert [k.name for k in loops.kernels] == ["x2", "y"]
     # the same at the same index fuses, and y reads the stored value
     q = tcc.parse("input x[n]\nlocal x2[n]\noutput y[n]\nx2[i] = x[i] * 2\ny[i] = x2[i] + 1\n")
-    loops = assert_matches_interpreter(run_pipeline(q, "infer-ranges"), "lower-loops,fuse")
+    loops = assert_loops_match_interpreter(run_pipeline(q, "infer-ranges"), "lower-loops,fuse")
     assert kernel_text(loops, "x2_y") == (
         "kernel x2_y {\n"
         "  for i in 0..n - 1 {\n"
@@ -591,7 +591,7 @@ def test_reuse_buffers_shares_temps_with_disjoint_lifetimes():
     g = tcc.grad(p, of="f", wrt="x,w")
     before = lower(g, "lower-loops,hoist,fuse")
     assert "temp dx_t, dx_t2, dw_t\n" in str(before)
-    loops = assert_matches_interpreter(g, "lower-loops,hoist,fuse,reuse-buffers")
+    loops = assert_loops_match_interpreter(g, "lower-loops,hoist,fuse,reuse-buffers")
     # dx_t and dx_t2 are both alive in kernel dx; dw_t is born after dx_t died
     assert "temp dx_t, dx_t2\n" in str(loops)
     assert "  dx_t = dw_acc\n" in kernel_text(loops, "dw_t")
@@ -661,7 +661,7 @@ kernel f {
 
 def test_parallel_marks_every_gradient_kernel_of_urban():
     g = tcc.grad(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("urban")]), of="f", wrt="a,b,c,d")
-    loops = assert_matches_interpreter(g, "lower-loops,hoist,fuse,reuse-buffers,parallel")
+    loops = assert_loops_match_interpreter(g, "lower-loops,hoist,fuse,reuse-buffers,parallel")
     # gathers: one element (row) per iteration, reading inputs and f only
     assert all(k.parallel_loop is not None for k in loops.kernels)
     assert str(loops).count("parallel for") == len(loops.kernels) == 4
@@ -669,7 +669,7 @@ def test_parallel_marks_every_gradient_kernel_of_urban():
 
 def test_parallel_leaves_a_scalar_reduction_serial():
     p = run_pipeline(tcc.parse(EXAMPLES[[x.stem for x in EXAMPLES].index("logistic_regression")]), "infer-ranges")
-    loops = assert_matches_interpreter(p, "lower-loops,hoist,fuse,reuse-buffers,parallel")
+    loops = assert_loops_match_interpreter(p, "lower-loops,hoist,fuse,reuse-buffers,parallel")
     assert kernel_text(loops, "z").startswith("kernel z {\n  parallel for i in 0..m - 1 {\n")
     # f = sum[i](...) is one kernel of three statements (local, loop, store)
     assert "parallel" not in kernel_text(loops, "f")
@@ -761,7 +761,7 @@ kernel k {
 def test_the_whole_l2_pipeline_on_the_logistic_regression_hessian():
     p = tcc.parse(INLINE_LOGISTIC)
     h = tcc.grad(tcc.grad(p, of="f", wrt="w"), of="dw", wrt="w")
-    loops = assert_matches_interpreter(h, "lower-loops,hoist,fuse,reuse-buffers,parallel", {"m": 4, "n": 3})
+    loops = assert_loops_match_interpreter(h, "lower-loops,hoist,fuse,reuse-buffers,parallel", {"m": 4, "n": 3})
     # hoist makes X w and exp(-y * X w) temps over the examples, fuse puts
     # both in one kernel and forwards X w to the exp, reuse-buffers drops the
     # temp for X w that nobody reads any more, parallel marks both kernels
@@ -848,7 +848,7 @@ def _random_case(text: str, wrt, sizes) -> None:
     g = tcc.grad(p, of="f", wrt=wrt)
     note(str(g))
     for program in (p, g):
-        assert_matches_interpreter(program, PIPELINES[-1], sizes or {})
+        assert_loops_match_interpreter(program, PIPELINES[-1], sizes or {})
 
 
 @RANDOM

@@ -110,7 +110,7 @@ runs, and is tested, on machines without a GPU.
 
 Everything target-specific (triple, data layout, which math functions are
 LLVM intrinsics and how library math functions are named) lives in
-:class:`CodegenTarget`, so the CUDA backend can reuse :func:`lower_program`.
+:class:`CodegenTarget`, so the CUDA backend can reuse :func:`lower_to_llvm`.
 
 External kernels
 ----------------
@@ -127,7 +127,7 @@ from __future__ import annotations
 from ..target import DTYPES
 from .exprs import POW_UNROLL_LIMIT
 from .kernels import band_extents, cuda_refusal, grid_band, kernel_buffers, kernel_shape, kernel_symbol
-from .lower import REASSOCIATE, lower_program
+from .lower import REASSOCIATE, lower_to_llvm
 from .machines import CodegenTarget, codegen_target
 from .module import LLVMModule, dispose_module_pass_manager, run_default_pipeline
 
@@ -141,7 +141,7 @@ __all__ = [
     "kernel_shape",
     "kernel_symbol",
     "cuda_refusal",
-    "lower_program",
+    "lower_to_llvm",
     "dispose_module_pass_manager",
     "run_default_pipeline",
     "DTYPES",

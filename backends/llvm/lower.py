@@ -1,6 +1,6 @@
 """Module set-up and the statement half of the kernel lowering: L2 kernels to LLVM functions.
 
-:func:`lower_program` makes the module (triple, data layout, module flags of
+:func:`lower_to_llvm` makes the module (triple, data layout, module flags of
 the codegen target), refuses what the target cannot run, and lowers each
 kernel to its entry and body functions (see "The kernel ABI", "Why each
 kernel is two functions" and "Grid kernels" in :mod:`tcc.backends.llvm`).
@@ -24,12 +24,12 @@ from .kernels import cuda_refusal, grid_band, kernel_buffers, kernel_shape, kern
 from .machines import CodegenTarget, check_arch, default_arch, codegen_target
 from .module import LLVMModule
 
-__all__ = ["REASSOCIATE", "lower_program"]
+__all__ = ["REASSOCIATE", "lower_to_llvm"]
 
 REASSOCIATE = ("never", "contiguous", "always")
 
 
-def lower_program(
+def lower_to_llvm(
     program: LoopProgram,
     dtype: str = "float64",
     target: str = "cpu",

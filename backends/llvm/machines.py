@@ -11,7 +11,7 @@ the lowering a backend):
   :data:`DEFAULT_ARCH`);
 * the **codegen targets** (:class:`CodegenTarget`, found by
   :func:`codegen_target`): the triple, data layout, math-function naming and
-  kernel ABI that :func:`tcc.backends.llvm.lower_program` needs for
+  kernel ABI that :func:`tcc.backends.llvm.lower_to_llvm` needs for
   ``lower-llvm{target=cpu|cuda|cuda-sim}``.
 
 It also compiles the runtime's small hand-written native helpers for the host

@@ -22,7 +22,7 @@ __all__ = ["LLVMModule", "dispose_module_pass_manager", "run_default_pipeline"]
 class LLVMModule:
     """An L3 program: the LLVM module plus what the runtime needs to call it.
 
-    ``module`` is an ``llvmlite.ir.Module`` straight from :func:`tcc.backends.llvm.lower.lower_program`
+    ``module`` is an ``llvmlite.ir.Module`` straight from :func:`tcc.backends.llvm.lower.lower_to_llvm`
     and the textual IR after optimisation (LLVM's own objects cannot be
     rebuilt into llvmlite's IR builder objects, and text is what the JIT and
     the PTX emitter parse anyway).  ``str()`` is the IR text.
