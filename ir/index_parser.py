@@ -132,6 +132,19 @@ class IndexDeclarations:
         a = numerator.floordiv(divisor.const) if optok.value == "//" else numerator.mod(divisor.const)
         return Access(INDEX_VALUE, (a,)) if not a.is_constant else Const(a.const)
 
+    def index_fold(self, e: Expr) -> Expr:
+        """``e`` (``2 * i - j + 1``, ``-i``, ``n + 1``) as the one value ``#index[2*i - j + 1]`` where it
+        is an integer combination of indices and sizes, else ``e`` itself.
+
+        One node for one integer quantity, whoever builds it: a pass substituting
+        ``i -> n - 1 - j`` into the value ``i`` gets ``#index[n - 1 - j]``, which
+        prints as ``n - 1 - j`` (:func:`index_value`), so the parser must read
+        that text back as the same node for ``parse(print(p)) == p``.  An
+        expression whose combination is a constant (``i - i``) stays as written.
+        """
+        a = index_affine(e)
+        return Access(INDEX_VALUE, (a,)) if a is not None and not a.is_constant and not is_index_value(e) else e
+
     def check_index_bounds(self, st: Any, sizes: set[str]) -> None:
         """Every name in an index array's bound is a size (bound from some input's shape)."""
         for _, decl, btok in self.index_arrays.values():

@@ -367,14 +367,14 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
         lhs = self.term()
         while self.peek().is_op("+", "-"):
             op = self.advance().value
-            lhs = Binary(op, lhs, self.term())
+            lhs = self.index_fold(Binary(op, lhs, self.term()))
         return lhs
 
     def term(self) -> Expr:
         lhs = self.unary()
         while self.peek().is_op("*", "/", "//", "%"):  # `k // 2` in a value: IndexDeclarations.index_division
             op = self.advance()
-            lhs = self.index_division(lhs, op) if op.value in ("//", "%") else Binary(op.value, lhs, self.unary())
+            lhs = self.index_division(lhs, op) if op.value in ("//", "%") else self.index_fold(Binary(op.value, lhs, self.unary()))
         return lhs
 
     def unary(self) -> Expr:
@@ -388,7 +388,7 @@ class Parser(ConditionParser, FunctionDefinitions, IndexDeclarations):
                     self.advance()
                     return Const(-self.number(num))
                 self.advance()
-                return Unary("neg", self.unary())
+                return self.index_fold(Unary("neg", self.unary()))
             base = self.primary()
             if self.peek().is_op("^"):
                 raise self.error("'^' is a power only in whole-tensor expressions: write '**'", self.peek())

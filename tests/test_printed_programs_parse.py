@@ -143,3 +143,18 @@ def test_derivative_of_a_value_comparison_after_an_index_lhs_parses() -> None:
     roundtrips(g)
     for r in tcc.check(src, "y", ["x", "s"], sizes=dict(n=5)):
         assert r.ok, r
+
+
+@pytest.mark.parametrize("src", [
+    "input x[n]\ny[i] = x[n - 1 - i] * i\n",              # i -> n - 1 - dx_0 in a value
+    "input x[2 * n + 1]\ny[i] = x[2 * i + 1] * (i + 1)\n",  # a quotient plus one
+    "input x[n + 2]\ny[i] = x[i + 2] * sin(0.5 * i) * -i\n",  # a negated index value
+])
+def test_index_values_a_pass_builds_parse_to_the_same_node(src: str) -> None:
+    """A pass that substitutes into the value ``i`` builds one ``#index[n - 1 - dx_0]`` node; its text
+    ``n - 1 - dx_0`` must parse to that node, not to a tree of three values that prints alike."""
+    g = tcc.grad(tcc.parse(src), of="y", wrt=["x"])
+    again = tcc.parse(str(g))
+    assert str(again) == str(g)
+    assert again == g
+    assert tcc.parse("input x[n]\ny[i] = x[i] * (2 * i - n + 1)\n") == tcc.parse("input x[n]\ny[i] = x[i] * (1 - n + i * 2)\n")
