@@ -1,4 +1,4 @@
-"""Hessians and gradients of the three problems of Laue, Mitterreiter and Giesen (seed 004, sec. 4):
+"""Hessians and gradients of the three problems of Laue, Mitterreiter and Giesen (sec. 4):
 tcc against JAX, PyTorch, HIPS autograd and NumPy closed forms.
 
     python benchmarks/hessians.py [--quick] [--repeat N] [--case NAME[,NAME]] [--sizes N[,N]] [--write] [--loops]

@@ -5,11 +5,11 @@
     H(x=x, A=A)                 # the (n, n) Hessian, compiled with llvmlite
 
 The Jacobian is the reverse-mode derivative with the seed ``df`` replaced by
-Kronecker deltas (seed 000, sec. 5.3; ``autodiff{seed=delta}``): the sum over
+Kronecker deltas (Urban and van der Smagt, sec. 5.3; ``autodiff{seed=delta}``): the sum over
 f's domain collapses, so the program computes every entry directly, and the
 index solver removes the deltas the derivative rules introduce.  The Hessian
 is the Jacobian of the Jacobian (the derivative language is closed), which is
-how Laue et al. (seed 004) get compact expressions where frameworks run one
+how Laue et al. get compact expressions where frameworks run one
 Hessian-vector product per row.  The JVP is forward mode
 (``autodiff{mode=forward}``).
 """

@@ -1,4 +1,4 @@
-"""Run-time validation of index inputs (``index tok[n] < v``, issue 15).
+"""Run-time validation of index inputs (``index tok[n] < v``).
 
 Compiled code reads ``emb[tok[i], j]`` without a bounds check: the prover
 showed it in bounds *given* the declared range of ``tok``'s entries, so that

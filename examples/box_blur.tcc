@@ -1,5 +1,5 @@
 # box_blur.tcc — a separable 3x3 box blur ("valid" borders): a horizontal
-# pass over rows, then a vertical pass over columns (seed 002's fused
+# pass over rows, then a vertical pass over columns (Zhabinski and Zhabinskii's fused
 # element-wise kernels; Urban sec. 5.1 shifted index maps i + k).
 input  img[h, w]
 local  row[h, w - 2]

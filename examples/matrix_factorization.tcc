@@ -1,4 +1,4 @@
-# matrix_factorization.tcc — Laue, Mitterreiter, Giesen (seed 004, sec. 4):
+# matrix_factorization.tcc — Laue, Mitterreiter, Giesen (sec. 4):
 # matrix factorization with missing entries,  || M .* (T - U V^T) ||_F^2,
 # where the 0/1 mask M marks the observed entries of T; rank r.
 input T[m, n], M[m, n], U[m, r], V[n, r]

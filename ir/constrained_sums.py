@@ -1,7 +1,7 @@
 """Constrained sums: from ``sum[v | constraints](body)`` to nested ranged sums.
 
 ``csum_to_sums`` is the heart of ``range-bound`` (Fourier–Motzkin bounds,
-eq. 45–47 of seed 000) and how the reference interpreter evaluates a
+eq. 45–47 of Urban and van der Smagt) and how the reference interpreter evaluates a
 constrained sum.  ``eliminate_var_atoms`` gives ``//``/``%`` atoms over the
 summation variables symbols of their own, so that both ``index-solve`` and
 Fourier–Motzkin only ever see linear constraints.  ``rewrite_indices`` applies

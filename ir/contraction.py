@@ -1,4 +1,4 @@
-"""The contraction spec: ``contract(A[z, a, y], B[z, b, y])`` (issue 13 item 1).
+"""The contraction spec: ``contract(A[z, a, y], B[z, b, y])``.
 
 A ``contract`` call is the product of two whole tensors summed over the
 indices they share and that the result does not have, written with the

@@ -1,4 +1,4 @@
-"""Whole-tensor expressions with Einstein products (seed 003, sec. 2), lowered to L1.
+"""Whole-tensor expressions with Einstein products (Lippmann, sec. 2), lowered to L1.
 
     y = A *(ij,j->i) x            # matrix-vector product
     s = x *(i,i->) y              # inner product

@@ -2,7 +2,7 @@
 
 Building the same node twice returns the same object, so structural equality is
 identity, common subexpressions are shared for free and a derivative DAG grows
-linearly with the function (seed 003, sec. 4.8); reverse accumulation keys its
+linearly with the function (Lippmann, sec. 4.8); reverse accumulation keys its
 adjoints on node identity.  Nodes never fold or simplify on construction: what
 a pass builds is what the printer shows (``simplify`` is a dumpable step).
 
@@ -141,7 +141,7 @@ EXTREMES = ("max", "min")
 
 
 class Select(Expr):
-    """``where(lhs OP rhs, then, other)`` for a comparison of **values** (issue 14).
+    """``where(lhs OP rhs, then, other)`` for a comparison of **values**.
 
     Unlike :class:`Where`, whose condition compares indices and whose
     untaken branch may read out of bounds, both branches of a select are
@@ -238,7 +238,7 @@ class CSum(Expr):
 
     Sums over all integer points (v1, v2, ...) satisfying the conjunction of
     affine comparisons; the set must be bounded.  This is the
-    Σ_{α : Aα = β, Rα ≥ r} of seed 000, sec. 5 between ``sum-liberation`` and
+    Σ_{α : Aα = β, Rα ≥ r} of Urban and van der Smagt, sec. 5 between ``sum-liberation`` and
     ``range-bound``.
     """
 

@@ -211,7 +211,7 @@ class Mod:
 
 @dataclass(frozen=True)
 class Lookup:
-    """``tok[i]``: an entry of an index input, used as an atom of index expressions (issue 15).
+    """``tok[i]``: an entry of an index input, used as an atom of index expressions.
 
     An indirect read ``emb[tok[i], j]`` is the access ``emb`` at the affine
     ``1*Lookup(tok, (i,)) + 0``: every pass that walks, substitutes or prints

@@ -1,4 +1,4 @@
-"""Lippmann's input form (seed 003, sec. 2.3): ``declare ... expression ... derivative wrt ...``.
+"""Lippmann's input form (sec. 2.3): ``declare ... expression ... derivative wrt ...``.
 
     declare A 2 x 1 expression (A + 1) *(ij,j->i) x derivative wrt A
 

@@ -43,7 +43,7 @@ def derived_shape(fn: str, src: "TensorDecl") -> tuple[tuple[Affine, ...], tuple
 @dataclass(frozen=True)
 class TensorDecl:
     """An input.  ``bound`` is ``("<", v)`` or ``("<=", nnz)`` for an **index input**
-    (``index tok[n] < v``, issue 15): an integer array whose entries lie in
+    (``index tok[n] < v``): an integer array whose entries lie in
     ``0..v - 1`` (``0..nnz``), which other reads may be indexed through.  The
     runtime checks the bound on entry; the prover takes it as given."""
 

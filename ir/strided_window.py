@@ -1,4 +1,4 @@
-"""Reads at ``±f + c*z + k``: the index pattern of strided convolutions' gradients (issue 13).
+"""Reads at ``±f + c*z + k``: the index pattern of strided convolutions' gradients.
 
 Shared by the passes that rewrite them (``col2im``, ``im2col``): a *window*
 pairs an index ``f`` of a definition (coefficient ±1) with a summed variable

@@ -1,4 +1,4 @@
-"""User functions: ``def softplus(t) = log(1 + exp(t))``, inlined where they are called (issue 14).
+"""User functions: ``def softplus(t) = log(1 + exp(t))``, inlined where they are called.
 
     def NAME(p, q, ...) = expr                                  # inlined: derivatives from the body
     def NAME(p, q, ...) = expr with d(p) = expr, d(q) = expr    # custom derivatives, one per parameter

@@ -1,4 +1,4 @@
-"""How a windowed ``contract`` runs: the plan of the shifted GEMMs (issue 13 item 3).
+"""How a windowed ``contract`` runs: the plan of the shifted GEMMs.
 
 A pure function of the spec and the operands' shapes, shared by the runtime
 (``tcc.runtime.externs.window_kernel``, which follows it) and the ``blas`` pass (whose cost

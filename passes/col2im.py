@@ -1,4 +1,4 @@
-"""``col2im``: the input gradient of a strided convolution becomes one contraction and a short gather (issue 13).
+"""``col2im``: the input gradient of a strided convolution becomes one contraction and a short gather.
 
 The derivative engine writes the input gradient of a stride-2 convolution
 ``y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])`` as

@@ -3,7 +3,7 @@
 ``lower-loops`` gives every definition its own loop nest, so a chain of
 element-wise definitions (``e = exp(z)``, ``y = e / s``, a zero-fill and the
 nest that fills the diagonal) walks the same index space several times, and
-every intermediate makes a round trip through memory.  Seed 002 fuses such
+every intermediate makes a round trip through memory.  Zhabinski and Zhabinskii fuses such
 element-wise operations into one kernel.  Here two consecutive kernels fuse
 when each is one loop nest and their ``d`` outermost loops have the same
 ranges (after renaming the second kernel's variables to the first's): the
@@ -38,7 +38,7 @@ outermost loop anyway, but on a GPU it takes loops away from the grid (the
 Urban gradient's ``f`` and ``da`` share only their row loop, and fused they
 would give one thread per row instead of one per element).  The GPU pipeline
 therefore fuses with ``full=true``: element-wise chains still become one
-launch (seed 002, sec. V) and no kernel loses parallelism.
+launch (Zhabinski and Zhabinskii, sec. V) and no kernel loses parallelism.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``im2col``: the weight gradient of a strided convolution reads a copy of its input's windows (issue 13).
+"""``im2col``: the weight gradient of a strided convolution reads a copy of its input's windows.
 
 The derivative engine writes the weight gradient of a stride-2 convolution
 ``y[b, o, i, j] = sum[c, p, q](x[b, c, 2*i + p, 2*j + q] * w[o, c, p, q])`` as

@@ -1,4 +1,4 @@
-"""``inverse-index``: derivatives through indirect reads become gathers over an inverse index (issue 15).
+"""``inverse-index``: derivatives through indirect reads become gathers over an inverse index.
 
 Reverse accumulation of ``y[i, j] = emb[tok[i], j]`` asks, for each element
 ``w`` of ``emb``, which positions ``i`` read it.  ``sum-liberation`` leaves

@@ -1,4 +1,4 @@
-"""``range-bound``: Fourier–Motzkin bounds for the kernel sums (seed 000, sec. 4.2, eq. 45–47).
+"""``range-bound``: Fourier–Motzkin bounds for the kernel sums (Urban and van der Smagt, sec. 4.2, eq. 45–47).
 
 A constrained sum over ``z`` with only inequalities becomes nested ranged
 sums, ``z_0`` innermost, each bound a ``max(...)``/``min(...)`` of affine forms

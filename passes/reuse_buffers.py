@@ -6,7 +6,7 @@ kernel that touches it to the last one (kernels run one after another), so
 two temps of the same shape whose kernel ranges are disjoint can be the same
 array: the second is written before it is read (a temp is never returned and
 has no contents at the start, so no correct program reads one before writing
-it), and by then the first is dead.  Seed 002 reuses buffers the same way.
+it), and by then the first is dead.  Zhabinski and Zhabinskii reuses buffers the same way.
 
 Only ``temp`` buffers take part: inputs belong to the caller, outputs and
 locals are returned.  Shapes must be equal as affine expressions of the

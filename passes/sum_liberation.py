@@ -1,4 +1,4 @@
-"""``sum-liberation``: flatten a delta-form term into one constrained sum (seed 000, sec. 5.2).
+"""``sum-liberation``: flatten a delta-form term into one constrained sum (Urban and van der Smagt, sec. 5.2).
 
 ``autodiff`` leaves each term as the paper's eq. (50) before liberation::
 

@@ -1,4 +1,4 @@
-"""Array interchange on the CPU (issue 16 item 3): other libraries' arrays in and out of compiled programs.
+"""Array interchange on the CPU: other libraries' arrays in and out of compiled programs.
 
 Zero-copy is checked with ``np.shares_memory`` on the arrays a call binds
 (``CompiledProgram.bind``) and by outputs written in place; the checks and

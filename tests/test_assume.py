@@ -1,4 +1,4 @@
-"""``assume CONSTRAINT``: affine promises about sizes that the prover uses and every call must keep (issue 14)."""
+"""``assume CONSTRAINT``: affine promises about sizes that the prover uses and every call must keep."""
 from __future__ import annotations
 
 import numpy as np

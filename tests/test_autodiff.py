@@ -1,4 +1,4 @@
-"""End-to-end derivatives: the examples of the Urban paper (seed 000, sec. 1, 5, 6).
+"""End-to-end derivatives: the examples of the Urban paper (sec. 1, 5, 6).
 
 Every derivative is checked twice: structurally (the printed program has the
 form the paper states -- a sum appears or disappears, a Kronecker delta

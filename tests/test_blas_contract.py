@@ -1,4 +1,4 @@
-"""General contractions (issue 13 item 1): ``contract(A[...], B[...])`` and what ``blas`` makes of sums.
+"""General contractions: ``contract(A[...], B[...])`` and what ``blas`` makes of sums.
 
 Groups of indices -- batch anywhere, several contracted, several free per
 side, results whose order interleaves the sides -- run as one ``np.matmul``

@@ -1,4 +1,4 @@
-"""Matrix-vector products through BLAS: the ``blas`` pass on contractions with one free index (issue 13).
+"""Matrix-vector products through BLAS: the ``blas`` pass on contractions with one free index.
 
 ``y[i] = sum[j](A[i, j] * x[j])`` and the column read ``g[j] = sum[i](x[i] *
 A[i, j])`` -- alone or inside element-wise work, like the quadratic form's

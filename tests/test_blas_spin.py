@@ -1,4 +1,4 @@
-"""tcc shortens the spin of NumPy's OpenBLAS threads once per process (tcc.runtime.externs.blas_spin, issue 13).
+"""tcc shortens the spin of NumPy's OpenBLAS threads once per process (tcc.runtime.externs.blas_spin).
 
 Each case runs in a fresh interpreter: the setting is made once per process,
 at the first external kernel, and what OpenBLAS read at load time is part of

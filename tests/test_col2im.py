@@ -1,4 +1,4 @@
-"""``col2im``: a strided convolution's input gradient as one contraction and a gather (issue 13).
+"""``col2im``: a strided convolution's input gradient as one contraction and a gather.
 
 Every compiled result is checked against the reference interpreter on the *source* program (the
 derivative's sums), so the rewrite is checked with it; the derivatives themselves against finite

@@ -1,4 +1,4 @@
-"""A bounded constrained sum also ranges only where its accesses are in bounds (issue 14, "also fix").
+"""A bounded constrained sum also ranges only where its accesses are in bounds.
 
 ``sum[x, y | x + y >= 2, y - x <= 4, x + y <= 10, x - y <= 4](inp[x, y])``
 over a 7x7 input: the four constraints bound a diamond reaching -1 and 7, and

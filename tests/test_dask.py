@@ -1,4 +1,4 @@
-"""tcc.dask.compile (issue 17): block footprints, and programs with their gradients on a LocalCluster.
+"""tcc.dask.compile: block footprints, and programs with their gradients on a LocalCluster.
 
 The footprint tests need no Dask; the rest skip cleanly without it.  One
 module-scoped LocalCluster (2 worker processes, 1 thread each) runs every

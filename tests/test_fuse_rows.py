@@ -1,4 +1,4 @@
-"""``fuse-rows``: chains of row-wise kernels fuse over their outer loop (issue 13).
+"""``fuse-rows``: chains of row-wise kernels fuse over their outer loop.
 
 Every test checks both what the pass did to the L2 program (which kernels
 are left, so a pass that fused nothing, or everything, fails) and that the

@@ -1,4 +1,4 @@
-"""``im2col``: a strided convolution's weight gradient reads a copy of the input's windows (issue 13).
+"""``im2col``: a strided convolution's weight gradient reads a copy of the input's windows.
 
 Compiled results are checked against the reference interpreter on the derivative's own sums (so the
 rewrite is checked with them), and against finite differences of the compiled forward.

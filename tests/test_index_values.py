@@ -1,4 +1,4 @@
-"""Sizes and indices in value expressions (issue 14): ``sum[j](x[a, j]) / m``, ``x[i] * sin(0.3 * i)``.
+"""Sizes and indices in value expressions: ``sum[j](x[a, j]) / m``, ``x[i] * sin(0.3 * i)``.
 
 A size or an index written alone in a value is its integer value converted
 to the element type.  The parser reads it as ``#index[e]``

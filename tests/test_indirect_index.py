@@ -1,4 +1,4 @@
-"""Index inputs and indirect reads (issue 15): ``index tok[n] < v``, ``emb[tok[i], j]``, CSR sums.
+"""Index inputs and indirect reads: ``index tok[n] < v``, ``emb[tok[i], j]``, CSR sums.
 
 End to end through the public API: parsing and printing, the prover, the
 interpreter, compiled code (CPU, cuda-sim, PTX), run-time validation of the

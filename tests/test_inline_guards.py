@@ -1,4 +1,4 @@
-"""``inline-guards`` inlines sums of delta guards too (issue 14, "also fix").
+"""``inline-guards`` inlines sums of delta guards too.
 
 The Hessian of a layer norm over ``I[2, 3, 4]`` stored an order-12
 temporary: the second-order adjoint ``ddxc`` is ``where(6 equalities, 1, 0) +

@@ -1,4 +1,4 @@
-"""``tcc.jax.function``: tcc programs inside ``jax.grad``, ``jax.jit`` and ``jax.vmap`` (issue 16).
+"""``tcc.jax.function``: tcc programs inside ``jax.grad``, ``jax.jit`` and ``jax.vmap``.
 
 ``check_grads`` (reverse mode, orders 1 and 2) on every example with float64
 inputs (the backward runs tcc's compiled VJP program, the second backward its

@@ -1,4 +1,4 @@
-"""Diagnostics for pass authors (issue 16 item 6): per-pass loggers, ``tcc -v`` and ``TCC_LOG``.
+"""Diagnostics for pass authors: per-pass loggers, ``tcc -v`` and ``TCC_LOG``.
 
 The passes log at DEBUG why they declined a rewrite; nothing is printed
 unless the command line asks (docs/logging.md).

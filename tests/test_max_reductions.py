@@ -1,4 +1,4 @@
-"""Max and min reductions ``max[k](body)``, ``min[p: 0..1, q: 0..1](body)`` (issue 14).
+"""Max and min reductions ``max[k](body)``, ``min[p: 0..1, q: 0..1](body)``.
 
 A :class:`~tcc.ir.expr.Reduce` node: ranged and inferred as a sum, lowered
 to ``acc = max(acc, ...)`` from ``-inf`` (empty: ``-inf``; ``min``: ``+inf``).

@@ -1,4 +1,4 @@
-"""Figures 3 and 4 of seed 000 end to end: the sums of the derivative enumerate exactly the preimages.
+"""Figures 3 and 4 of Urban and van der Smagt end to end: the sums of the derivative enumerate exactly the preimages.
 
 For ``f[α] = x[A·α + c]`` the gradient with ``df = 1`` is ``dx[β] = #{α in box : A·α + c = β}``,
 so comparing ``dx`` with a brute-force count checks that index-solve and

@@ -1,4 +1,4 @@
-"""Printing is closed over the whole language: every program tcc prints parses back to itself (issue 36).
+"""Printing is closed over the whole language: every program tcc prints parses back to itself.
 
 For random programs of tests/fuzz_programs.py (seeded, so a failure is one
 seed), for their derivatives (``tcc.grad``) and for their second

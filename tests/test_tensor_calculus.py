@@ -1,9 +1,9 @@
 """The tensor-calculus front end: Einstein products, Lippmann's input form, Jacobians and Hessians.
 
-* every input of the appendix of seed 003 parses, and its full derivative
+* every input of the appendix of Lippmann parses, and its full derivative
   tensor (``tcc grad`` of the file) matches central finite differences of
   the expression, interpreted and compiled;
-* the Hessians of the three problems of seed 004 match their closed forms,
+* the Hessians of the three problems of Laue et al. match their closed forms,
   and the quadratic form's prints as ``A[i, j] + A[j, i]`` with no sum;
 * Einstein products, broadcasting, ``delta(n)``, implicit summation and
   their errors, through ``tcc.parse`` / ``tcc.run`` and the command line.
@@ -103,7 +103,7 @@ def test_tcc_grad_of_a_lippmann_file_prints_the_full_derivative(tmp_path, capsys
 
 
 # --------------------------------------------------------------------------
-# Hessians of seed 004
+# Hessians of Laue et al.
 # --------------------------------------------------------------------------
 def test_quadratic_form_hessian_prints_without_a_sum(capsys):
     assert main(["hessian", str(ROOT / "examples" / "quadratic_form.tcc"), "--of", "f", "--wrt", "x"]) == 0

@@ -1,4 +1,4 @@
-"""``tcc.torch.function``: tcc programs inside ``torch.autograd`` (issue 16).
+"""``tcc.torch.function``: tcc programs inside ``torch.autograd``.
 
 gradcheck and gradgradcheck on every example with float64 inputs (the
 backward runs tcc's compiled VJP program, the second backward its

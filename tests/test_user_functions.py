@@ -1,4 +1,4 @@
-"""User functions ``def NAME(p, ...) = expr`` (issue 14): inlined at each call, derivatives from the body."""
+"""User functions ``def NAME(p, ...) = expr``: inlined at each call, derivatives from the body."""
 from __future__ import annotations
 
 import numpy as np

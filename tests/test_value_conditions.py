@@ -1,4 +1,4 @@
-"""Value conditions in ``where`` and element-wise ``max``/``min`` (issue 14).
+"""Value conditions in ``where`` and element-wise ``max``/``min``.
 
 ``where(x[i] > 0, a, b)`` compares values: it is a :class:`~tcc.ir.expr.Select`
 (eager: both branches are in bounds without the condition), ``and``/``or``/

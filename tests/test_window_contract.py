@@ -1,4 +1,4 @@
-"""Stride-1 convolutions as windowed contractions (issue 13 item 3).
+"""Stride-1 convolutions as windowed contractions.
 
 ``blas`` turns a convolution and both of its gradients into ``contract(A[..., u + v, ...], B[...])``;
 the runtime runs that as shifted GEMMs (tcc.runtime.externs.window_kernel).  Everything is checked against the

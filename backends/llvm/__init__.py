@@ -94,7 +94,7 @@ iterations ``gid, gid + stride, ...`` with ``stride = nctaid * ntid`` (a
 grid-stride loop: any launch shape covers any extent, so the runtime can cap
 the grid).  Each iteration decomposes its linear index back into the loop
 variables with unsigned ``/`` and ``%`` and runs the innermost band loop's
-body unchanged.  This is Urban's gather (seed 000, sec. 5.1 and 7): one
+body unchanged.  This is Urban's gather (sec. 5.1 and 7): one
 output element per thread, no atomics, no temporary memory.  A kernel
 without a band (a scalar reduction, several nests in a row) runs whole on
 thread 0 of block 0; the runtime launches it with one thread.  Index

@@ -1,4 +1,4 @@
-"""What ``tcc.torch`` and ``tcc.jax`` share: a tcc program as a function of a framework's arrays (issue 16).
+"""What ``tcc.torch`` and ``tcc.jax`` share: a tcc program as a function of a framework's arrays.
 
 Both wrap a program so that the framework's autodiff runs tcc's own derivative
 programs.  The parts that do not depend on the framework live here, so the

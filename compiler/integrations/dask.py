@@ -1,4 +1,4 @@
-"""``tcc.dask.compile``: a tcc program on Dask arrays, block by block (issue 17).
+"""``tcc.dask.compile``: a tcc program on Dask arrays, block by block.
 
     f = tcc.dask.compile(open("examples/correlation.tcc").read())
     out = f(x=dask_x, w=w)           # dask (or NumPy: one chunk) arrays in, {"y": lazy dask array} out

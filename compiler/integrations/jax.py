@@ -1,4 +1,4 @@
-"""``tcc.jax.function``: a tcc program as a differentiable JAX function (issue 16).
+"""``tcc.jax.function``: a tcc program as a differentiable JAX function.
 
     f = tcc.jax.function(open("examples/urban.tcc").read())
     out = f(a=a, b=b, c=c, d=d)                          # jax arrays in, {"f": array} out

@@ -1,4 +1,4 @@
-"""``tcc.torch.function``: a tcc program as a differentiable PyTorch function (issue 16).
+"""``tcc.torch.function``: a tcc program as a differentiable PyTorch function.
 
     f = tcc.torch.function(open("examples/urban.tcc").read())
     out = f(a=a, b=b, c=c, d=d)              # torch tensors in, {"f": tensor} out

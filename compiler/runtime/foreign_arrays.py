@@ -1,4 +1,4 @@
-"""Array interchange: the arrays of other libraries as NumPy views, without copying (issue 16 item 3).
+"""Array interchange: the arrays of other libraries as NumPy views, without copying.
 
     f = tcc.compile("input x[n]\\ny[i] = 2 * x[i]\\n")
     f(x=torch.arange(4.0, dtype=torch.float64))       # DLPack: a view, no copy

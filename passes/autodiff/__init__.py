@@ -39,7 +39,7 @@ class AutoDiff(Pass):
     #: tangent ``df`` of f from tangents ``dx`` of the inputs: a Jacobian-vector product)
     mode: str = "reverse"
     #: ``input``: the seed is a new input; ``delta``: it is the Kronecker delta, so
-    #: the result is the full Jacobian (seed 000, sec. 5.3), with f's indices first
+    #: the result is the full Jacobian (Urban and van der Smagt, sec. 5.3), with f's indices first
     seed: str = "input"
     #: keep ``of`` itself as an output (first), as ``jax.value_and_grad`` does: a
     #: training step needs the value and the gradient, and one program that computes

@@ -1,4 +1,4 @@
-"""``autodiff{mode=forward}``: tangent propagation (Jacobian-vector products, seed 004, sec. 3).
+"""``autodiff{mode=forward}``: tangent propagation (Jacobian-vector products, Laue et al., sec. 3).
 
 For ``of=f wrt=x,y`` the pass walks the tensor-level graph *forwards*: every
 definition ``h`` on a path from the ``wrt`` inputs to ``f`` (the same set that

@@ -1,4 +1,4 @@
-"""The local derivative rules that reverse and forward mode share (seed 000, sec. 4; seed 004, sec. 3).
+"""The local derivative rules that reverse and forward mode share (Urban and van der Smagt, sec. 4; Laue et al., sec. 3).
 
 Both modes apply the chain rule node by node; what differs is only the
 direction.  :func:`child_adjoints` is the one table of local derivatives:

@@ -1,4 +1,4 @@
-"""``blas``: contractions that are matrix products become ``matmul`` definitions (seed 002, sec. V; issue 13).
+"""``blas``: contractions that are matrix products become ``matmul`` definitions (Zhabinski and Zhabinskii, sec. V).
 
 A definition
 

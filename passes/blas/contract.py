@@ -1,4 +1,4 @@
-"""General contractions for ``blas``: ``contract(A[...], B[...])`` with index groups (issue 13 item 1).
+"""General contractions for ``blas``: ``contract(A[...], B[...])`` with index groups.
 
 What :mod:`.match` leaves -- several contracted indices, several free
 indices per side, batch indices anywhere, a result whose index order

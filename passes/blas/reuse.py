@@ -1,4 +1,4 @@
-"""Reading an outlined side where a later definition computes the same values (issue 13 item 5).
+"""Reading an outlined side where a later definition computes the same values.
 
 ``blas`` outlines a side of a product into a definition of its own, e.g. the
 dense layer's ``dX_lhs[a, c] = dY[a, c] * (1 - Y[a, c]**2)``.  The bias

@@ -1,4 +1,4 @@
-"""Stride-1 convolutions for ``blas``: ``contract`` with windows (issue 13 item 3).
+"""Stride-1 convolutions for ``blas``: ``contract`` with windows.
 
 A sum over the product of two reads, one of which reads some axes at
 ``u + v`` or ``u - v`` (two index variables, coefficient 1 each, no

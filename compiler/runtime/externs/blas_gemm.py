@@ -1,4 +1,4 @@
-"""``C = A @ B + beta * C`` on strided 2-D views, by the BLAS that NumPy links (issue 13 item 3).
+"""``C = A @ B + beta * C`` on strided 2-D views, by the BLAS that NumPy links.
 
 NumPy's ``matmul`` has no ``beta``: accumulating a product into ``C`` takes
 a temporary and an addition, a second pass over ``C``.  A convolution run

@@ -1,4 +1,4 @@
-"""Running ``extern contract(A[...], B[...]) -> C[...]``: transpose, reshape, one ``np.matmul`` (issue 13).
+"""Running ``extern contract(A[...], B[...]) -> C[...]``: transpose, reshape, one ``np.matmul``.
 
 A contraction's indices fall into groups (:mod:`tcc.ir.contraction`): batch
 ``h``, left-free ``a``, right-free ``b`` and contracted ``z`` (each a tuple

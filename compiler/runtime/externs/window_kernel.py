@@ -1,4 +1,4 @@
-"""Running a windowed ``contract``: a stride-1 convolution as shifted GEMMs (issue 13 item 3).
+"""Running a windowed ``contract``: a stride-1 convolution as shifted GEMMs.
 
 ``y[b, o, i, j] = contract(x[b, c, i + p, j + q], w[o, c, p, q])[b, o, i, j]``
 is, for each kernel offset ``(p, q)``, a plain contraction of the shifted

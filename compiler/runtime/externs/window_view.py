@@ -1,4 +1,4 @@
-"""A windowed contraction computed term by term, as its sum says (issue 13 item 3): the reference.
+"""A windowed contraction computed term by term, as its sum says: the reference.
 
 ``contract(A[..., u + v, ...], B[...])`` (:mod:`tcc.ir.contraction`) is
 the sum over the terms whose read of ``A`` is in range; terms that would read
