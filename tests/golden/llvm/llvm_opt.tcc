@@ -3,5 +3,4 @@
 input x[n]
 y[i] = x[i] * 3 + 1
 # CHECK: define void @tcc_0_y(
-# CHECK: {{<[0-9]+ x double>}}
 # CHECK: %wide.load = load {{<[0-9]+ x double>}}
