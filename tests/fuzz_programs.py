@@ -87,6 +87,20 @@ class Exclusions:
     #: at sizes 0 its compiled code has NaN where the interpreter has 0
     floor_division_reads: bool = False
 
+    #: second order only (tests/test_fuzz_differential.py's ``check_second_order``): the bounds prover
+    #: refuses the second derivative of a valid program: a read the first derivative guards by an index
+    #: condition leaves the guard in the second (``where(dx_0 + 1 <= m, where(x[0] >= 0.5, 0, dt2[dx_0]
+    #: * x[0]), 0)`` differentiated w.r.t. ``x`` reads ``dt2[dx2_0]`` over ``0..m``), or a strided or
+    #: CSR read loses its range (``dt1[(ddx_t4_0 - 1) // 3]``, ``ptr[ptr_row[k] + 1]``): autodiff's
+    #: guards and the bounds prover (CI seed 9; long seeds 1005 1030 1035 1051 1067); on, such a
+    #: refusal ends the case's second-order check after its printing is checked
+    second_order_bounds_refusal: bool = False
+    #: second order only: the second derivative through a ``max``/``min`` reduction of a CSR sum
+    #: disagrees with finite differences of the first (``f = sum[k](w[k] / (1 + max[l: 0..n - 1](
+    #: sum[p: ptr[k]..ptr[k + 1] - 1](val[p] * x[col[p]] * (0.1 * l)))**2))``: relative error 1.0; CI
+    #: seed 27); on, programs with both features skip the second-order finite differences
+    second_order_csr_reduction: bool = False
+
     def names(self) -> list[str]:
         """The flags that are on (features left out)."""
         return [f.name for f in fields(self) if getattr(self, f.name)]
@@ -97,7 +111,8 @@ NO_EXCLUSIONS = Exclusions()
 #: what CI leaves out until the defects are fixed (see each flag's comment)
 CI_EXCLUSIONS = Exclusions(gather_index_on_another_axis=True, value_comparison_after_index_lhs=False,
                            max_min_gradient_ties=True, floor_division_of_index_array=True,
-                           floor_division_reads=True)
+                           floor_division_reads=True, second_order_bounds_refusal=True,
+                           second_order_csr_reduction=True)
 
 # ---------------------------------------------------------------------------
 # affine forms over sizes and index variables

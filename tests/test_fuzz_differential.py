@@ -11,7 +11,10 @@
    generator keeps every function in its domain and away from its kinks;
 4. the derivative program's printed text parsed back prints the same text;
 5. on a subset (every third program: the simulator is slow), the program and its derivative
-   compiled for ``cuda-sim`` against the interpreter.
+   compiled for ``cuda-sim`` against the interpreter;
+6. to second order (:func:`check_second_order`, every third CI seed, every seed in the long mode):
+   the parsed first derivative differentiated again, printed back (text and ``==``), compiled
+   against the interpreter and against finite differences of the first derivative.
 
 A program tcc refuses at compile time fails the test: the generator writes valid programs only.
 
@@ -165,25 +168,30 @@ def _compare(case: Case, stage: str, program: Any, inputs: Mapping[str, np.ndarr
         raise Finding(case, stage, f"{where} (non-finite data): {err}") from None
 
 
-def _finite_differences(case: Case) -> None:
-    def run_check(eps: float, wrt: list[str]) -> list[Any]:
+def _finite_differences(case: Case, text: str | None = None, of: str | None = None, wrt: list[str] | None = None,
+                        stage: str = "finite differences") -> None:
+    """``tcc.check`` of ``of`` w.r.t. ``wrt`` in ``text`` (the case's own by default; a first derivative's
+    text checks the second derivative tcc.check derives from it)."""
+    text, of, wrt = text or case.text, of or case.of, wrt or case.wrt
+
+    def run_check(eps: float, names: list[str]) -> list[Any]:
         try:
-            return tcc.check(case.text, case.of, wrt, sizes=case.sizes, tol=FD_TOL, eps=eps, seed=case.seed)
+            return tcc.check(text, of, names, sizes=case.sizes, tol=FD_TOL, eps=eps, seed=case.seed)
         except TccError as err:
-            raise Finding(case, "finite differences", f"tcc.check refuses: {err}") from None
+            raise Finding(case, stage, f"tcc.check refuses: {err}") from None
 
     def bad(results: list[Any]) -> list[Any]:
         # a derivative that is 0 (relu(s) / s) is compared with differences that are rounding noise
         return [r for r in results if not r.ok and r.max_abs_error > FD_ABS_FLOOR]
 
-    failed = bad(run_check(1e-6, case.wrt))
+    failed = bad(run_check(1e-6, wrt))
     for eps in FD_RETRY_EPS:
         if not failed:
             return
         failed = bad(run_check(eps, [r.wrt for r in failed]))
     if failed:
-        raise Finding(case, "finite differences", "; ".join(
-            f"d{case.of}/d{r.wrt}: relative error {r.max_rel_error:.3g} (analytic {np.round(r.analytic, 6).tolist()}, "
+        raise Finding(case, stage, "; ".join(
+            f"d{of}/d{r.wrt}: relative error {r.max_rel_error:.3g} (analytic {np.round(r.analytic, 6).tolist()}, "
             f"differences {np.round(r.numeric, 6).tolist()})" for r in failed))
 
 
@@ -222,13 +230,63 @@ def check_case(case: Case, cuda_sim: bool) -> None:
         _compare_smooth(case, "derivative cuda-sim vs interpreter", dp, case.sizes, "cuda-sim")
 
 
+def _prints_back(case: Case, stage: str, program: Any) -> Any:
+    """The printed ``program`` parsed back: the same text and the same program (a :class:`Finding` if not)."""
+    text = str(program)
+    try:
+        again = tcc.parse(text, filename="<printed>")
+    except TccError as err:
+        raise Finding(case, stage, f"the printed program does not parse: {err}\n{text}") from None
+    if str(again) != text or again != program:
+        raise Finding(case, stage, f"the printed program parses to another program:\n{text}\n---\n{again}")
+    return again
+
+
+def check_second_order(case: Case, exclude: Exclusions = NO_EXCLUSIONS) -> None:
+    """The closure to second order: the first derivative's printed text, parsed, is differentiated
+    again (``d(d of / d x) / d x``, ``x`` the first of ``case.wrt``); that second derivative prints
+    back, compiles, equals the interpreter (at the case's sizes and at sizes 0 and 1) and, by
+    ``tcc.check`` on the first derivative's text, central finite differences of the first derivative."""
+    try:
+        program = tcc.parse(case.text)
+        first = tcc.grad(program, of=case.of, wrt=case.wrt)
+    except TccError as err:
+        raise Finding(case, "grad", f"tcc.grad refuses: {err}") from None
+    parsed = _prints_back(case, "derivative prints back", first)
+    wrt = case.wrt[0]
+    try:
+        second = tcc.grad(parsed, of="d" + wrt, wrt=[wrt])
+    except TccError as err:
+        raise Finding(case, "second grad", f"tcc.grad of the parsed derivative refuses: {err}") from None
+    _prints_back(case, "second derivative prints back", second)
+    try:
+        for sizes in [case.sizes, *case.edge_sizes]:
+            _compare_smooth(case, "second derivative compiled vs interpreter", second, sizes)
+    except Finding as f:
+        if exclude.second_order_bounds_refusal and "may be out of bounds" in f.message:
+            return  # a known defect (fuzz_programs.Exclusions.second_order_bounds_refusal)
+        raise
+    if exclude.second_order_csr_reduction and {"csr", "max_min_reduction"} <= case.features:
+        return  # a known defect (fuzz_programs.Exclusions.second_order_csr_reduction)
+    _finite_differences(case, str(parsed), "d" + wrt, [wrt], "second-order finite differences")
+
+
 SEEDS = list(range(FIRST, FIRST + COUNT))
+#: every how many seeds the second-order closure runs (CI: a third of them, about 12 programs; the long
+#: mode and TCC_FUZZ_COUNT: all)
+SECOND_ORDER_EVERY = 1 if (LONG or "TCC_FUZZ_COUNT" in os.environ) else 3
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fuzz_program(seed: int) -> None:
     case = generate(seed, exclusions_from_env())
     check_case(case, cuda_sim=seed % CUDA_SIM_EVERY == 0)
+
+
+@pytest.mark.parametrize("seed", SEEDS[::SECOND_ORDER_EVERY])
+def test_fuzz_second_order(seed: int) -> None:
+    exclude = exclusions_from_env()
+    check_second_order(generate(seed, exclude), exclude)
 
 
 def test_generator_covers_the_language() -> None:
@@ -252,6 +310,8 @@ def _summary(seeds: list[int], exclude: Exclusions, report: Callable[[str], None
         case = generate(seed, exclude)
         try:
             check_case(case, cuda_sim=seed % CUDA_SIM_EVERY == 0)
+            if seed % SECOND_ORDER_EVERY == 0:
+                check_second_order(case, exclude)
         except Finding as f:
             failures.setdefault(f.stage, []).append(f)
             report(f"=== seed {seed}: {f}")
