@@ -1,4 +1,4 @@
-"""Issue 11, the command line and the API entry points: no crash, wrong value or lost file.
+"""The command line and the API entry points: no crash, wrong value or lost file.
 
 Each test goes through ``tcc.cli.driver.main`` (what the ``tcc`` script runs) or
 the public API, and checks the exact message and exit code of a refusal.

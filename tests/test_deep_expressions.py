@@ -2,7 +2,7 @@
 
 Every traversal (printer, verifier, passes, interpreter, loop lowering, LLVM
 emission) must handle such trees without Python recursion, which overflows
-at about a thousand levels (issue 11, item 9).  Nesting that the *source*
+at about a thousand levels.  Nesting that the *source*
 writes (parentheses, function calls) is bounded by the parser instead and
 reported as a TccError.
 

@@ -165,7 +165,8 @@ def agree(program: Any, sizes: Mapping[str, int], how: tuple, dtype: str = "floa
     the default's disagreements must be of those kinds only: the interpreter
     non-finite, or the compiled value ``±inf``.  Never a NaN (or a finite
     value) where the interpreter has a finite one and no overflow: that is the
-    empty-sum-times-inf bug of issue 11.  With magnitudes that overflow when
+    empty-sum-times-inf bug (an empty sum's 0 times an
+    invariant inf, hoisted out of the sum, came out NaN).  With magnitudes that overflow when
     multiplied (or divided: 1 / 5e-324), a moved overflow can also meet a
     zero (``inf * 0``), so there only the term-by-term agreement is asked.
     """
@@ -220,7 +221,7 @@ def test_fuzz_programs_and_gradients_on_edge_data(prog: tuple, how: str, data: t
     agree(grad, {}, data)
 
 
-ISSUE_11_EMPTY_SUM = ("input x[n], y[n]\nf[i] = sum[k: i + 1..n - 1](x[k] / y[i])\n", ["x", "y"], {"n": 4})
+EMPTY_SUM_TIMES_INF = ("input x[n], y[n]\nf[i] = sum[k: i + 1..n - 1](x[k] / y[i])\n", ["x", "y"], {"n": 4})
 SUMS_OVER_M = ("input x[n], y[m]\nf[i] = sigmoid(x[i]) * tanh(sum[k](y[k]) + 1)\n", ["x", "y"], {"n": 2, "m": 3, "p": 1})
 
 
@@ -229,8 +230,8 @@ SUMS_OVER_M = ("input x[n], y[m]\nf[i] = sigmoid(x[i]) * tanh(sum[k](y[k]) + 1)\
 # every sum empty (m = 0: y has no elements, f has n), and no output at all (n = 0)
 @example(SUMS_OVER_M, "{}", ("moderate", 0.5, 1, 0.5, 0.0), {"n": 2, "m": 0}).via("sizes 0")
 @example(SUMS_OVER_M, "log({})", ("huge", 0.5, 2, 0.5, 0.3), {"n": 0, "m": 1}).via("sizes 0")
-# issue 11's reproducer: the empty sum of f[3] times the invariant 1/y[3] = inf was NaN
-@example(ISSUE_11_EMPTY_SUM, "{}", ("unit", 0.5, 45, 0.5, 0.0), {"n": 4}).via("issue 11")
+# the empty-sum reproducer: the empty sum of f[3] times the invariant 1/y[3] = inf was NaN
+@example(EMPTY_SUM_TIMES_INF, "{}", ("unit", 0.5, 45, 0.5, 0.0), {"n": 4}).via("empty sum times inf")
 def test_fuzz_symbolic_sizes_zero_and_one(prog: tuple, how: str, data: tuple, small: dict) -> None:
     text, wrt, sizes = prog
     text = wrap(text, how)

@@ -2,8 +2,7 @@
 
 The guards count work structurally (calls of a traversal, functions in the
 LLVM module), never seconds: chains of 20 and 40 definitions must cost about
-twice as much as chains of 10 and 20, not four times (issue 11, item 10;
-docs/benchmarks.md has the timings of the same chains up to 400).
+twice as much as chains of 10 and 20, not four times (docs/benchmarks.md has the timings of the same chains up to 400).
 """
 from __future__ import annotations
 
@@ -75,7 +74,7 @@ def test_chain_gradient_with_shared_bodies_matches_the_interpreter():
 
 
 # ---------------------------------------------------------------------------
-# One long product (issue 11, item 9): its gradient has a term per factor, each
+# One long product: its gradient has a term per factor, each
 # a product of the other factors; as a DAG they share their prefixes and
 # suffixes, so the passes must not re-walk the rest of the chain at every node.
 # ---------------------------------------------------------------------------
