@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import settings
 
 # The on-disk compile cache (tcc.build.disk_cache) of a test session is a fresh temporary
@@ -64,8 +65,47 @@ def pytest_configure(config) -> None:  # noqa: ANN001 - pytest hook
     pipeline.run_pipeline = recording
 
 
+# ---------------------------------------------------------------------------
+# The fast tier: `pytest -m "not slow"` (docs/testing.md).  Slow tests are listed
+# here, not marked in their files, so the tier is one list to keep up to date.
+# Chosen from `--durations` runs of each file (2 loaded cores, 2026-12-02): whole
+# modules of generated programs (fuzzers, property tests, framework round trips)
+# and single tests of 2 s or more.
+# ---------------------------------------------------------------------------
+
+SLOW_MODULES = frozenset({
+    "test_fuzz_differential.py",    # 35 s: 36 generated programs through every stage
+    "test_compiled_properties.py",  # 21 s: hypothesis programs compiled and simulated
+    "test_autodiff_properties.py",  # 14 s: hypothesis derivatives against finite differences
+    "test_fuzz_edge.py",            # 5 s: generated programs on edge data
+    "test_disk_cache_fuzz.py",      # 4 s: fuzzed cache entries
+    "test_jax_function.py",         # 26 s: JAX's check_grads on every example
+    "test_torch_function.py",       # 18 s: torch.autograd round trips
+})
+
+SLOW_TESTS = frozenset({  # (module, test function): 2 s or more each
+    ("test_runtime_reliability.py", "test_generating_ptx_does_not_leak_native_memory"),
+    ("test_fuse_rows.py", "test_generated_chains_fuse_exactly_where_rows_allow"),
+    ("test_disk_cache.py", "test_a_program_too_deep_to_pickle_compiles_uncached"),
+    ("test_forward_mode.py", "test_inferred_programs_adjoint_identity"),
+    ("test_gram.py", "test_generated_weighted_products_become_gram_and_match"),
+})
+
+
+def _mark_slow(items) -> None:  # noqa: ANN001 - pytest items
+
+    for item in items:
+        module = item.path.name
+        name = getattr(item, "originalname", None) or item.name
+        if module in SLOW_MODULES or (module, name) in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001 - pytest hook
-    """Run the recorded-corpus tests after everything else (a stable partition: the rest keep their order)."""
+    """Mark the slow tier, then run the recorded-corpus tests after everything else (a stable
+    partition: the rest keep their order)."""
+    _mark_slow(items)
     last = [item for item in items if item.get_closest_marker("recorded_corpus") is not None]
     if last:
         rest = [item for item in items if item.get_closest_marker("recorded_corpus") is None]
