@@ -142,8 +142,10 @@ class IndexDeclarations:
         that text back as the same node for ``parse(print(p)) == p``.  An
         expression whose combination is a constant (``i - i``) stays as written.
         """
+        if is_index_value(e) or not _integer_shaped(e):
+            return e
         a = index_affine(e)
-        return Access(INDEX_VALUE, (a,)) if a is not None and not a.is_constant and not is_index_value(e) else e
+        return Access(INDEX_VALUE, (a,)) if a is not None and not a.is_constant else e
 
     def check_index_bounds(self, st: Any, sizes: set[str]) -> None:
         """Every name in an index array's bound is a size (bound from some input's shape)."""
@@ -153,6 +155,34 @@ class IndexDeclarations:
                     raise self.error(
                         f"the bound {format_affine(decl.bound[1])} of index array '{decl.name}' uses '{n}', "
                         f"which is not a size of any input (sizes: {', '.join(sorted(sizes)) or 'none'})", btok)
+
+
+#: the most nodes :func:`_integer_shaped` looks at: the parser folds at every ``+``/``*`` of a
+#: chain, so a long sum of values (20 000 terms) must be refused in constant time, not walked
+_FOLD_NODES = 64
+
+
+def _integer_shaped(e: Expr) -> bool:
+    """``e`` has at most :data:`_FOLD_NODES` nodes, each an index value, an integer literal,
+    a negation or ``+``/``-``/``*``: the only trees :func:`index_affine` can fold."""
+    stack, seen = [e], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > _FOLD_NODES:
+            return False
+        if is_index_value(node):
+            continue
+        if isinstance(node, Const):
+            if not isinstance(node.value, int) or isinstance(node.value, bool):
+                return False
+        elif isinstance(node, Unary) and node.op == "neg":
+            stack.append(node.operand)
+        elif isinstance(node, Binary) and node.op in ("+", "-", "*"):
+            stack += (node.lhs, node.rhs)
+        else:
+            return False
+    return True
 
 
 def index_affine(e: Expr) -> Affine | None:
