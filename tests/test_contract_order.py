@@ -56,7 +56,8 @@ def _loop_depths(program) -> dict[str, int]:
 
 
 def test_issue_example_becomes_two_pairwise_contractions():
-    assert "contract-order,col2im,im2col,blas," in DEFAULT_LOOP_PIPELINE
+    order = [name.split("{")[0] for name in DEFAULT_LOOP_PIPELINE.split(",")]
+    assert order.index("contract-order") < order.index("col2im") < order.index("im2col") < order.index("blas")
     assert DEFAULT_GPU_PIPELINE.startswith("infer-ranges,contract-order,lower-loops,")
     before = tcc.transform(T_SRC)
     assert _loop_depths(before) == {"T": 5}  # O(n^5) as written
