@@ -84,7 +84,6 @@ from tcc.ir.expr import (
 )
 from tcc.ir.index import Affine, And, Compare, Cond, conjuncts, make_and, negate
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.passes.autodiff.stored import StoredParts, known_values, uses_known_value
 from tcc.passes.autodiff.rules import Derivation, add, check_arguments, child_adjoints, div, mul, relevant_definitions
 
 __all__ = ["differentiate_forward"]
@@ -180,10 +179,6 @@ class _Forward(Derivation):
         # new helper definitions, by the matrix-function definition they follow
         self.after: dict[str, list[Definition]] = {}
         self.current: Definition | None = None
-        # the forward parts the tangents read, stored (.stored); the element-wise tangents by
-        # name, with what rebuilds them once the parts are known
-        self.stored = StoredParts(self.allocate, program.definitions)
-        self.element_wise: dict[str, tuple[Definition, Callable[[Access], Expr | None]]] = {}
         for d in program.definitions:
             if isinstance(d.body, MatrixFn) and d.body.fn in ("inv", "det"):
                 self.helpers.setdefault((d.body.fn, d.body.tensor), d.name)
@@ -223,21 +218,10 @@ class _Forward(Derivation):
             inputs = program.inputs
             outputs = tuple(d_wrt[x] for x in wrt)
         forward: list[Definition] = []
-        for d in self.stored.build(program.definitions):
+        for d in program.definitions:
             forward.append(d)
             forward += self.after.get(d.name, [])
-        out_defs = [self.read_stored(d) for d in out_defs]
         return Program(inputs, tuple(forward) + tuple(out_defs), outputs, program.source, program.assumptions)
-
-    def read_stored(self, d: Definition) -> Definition:
-        """The tangent ``d`` reading the stored forward parts; built again where a max/min reduction's
-        value is one of them (its tie test reads the value while the tangent is built)."""
-        if d.name not in self.element_wise:
-            return d
-        h, access_tangent = self.element_wise[d.name]
-        reads = self.stored.stored_reads(h)
-        body = self.body_tangent(h, access_tangent) if any(isinstance(p, Reduce) for p in reads) else d.body
-        return d.with_body(self.stored.read(h, body))
 
     def chain(
         self,
@@ -269,9 +253,6 @@ class _Forward(Derivation):
                 body = self.matrix_tangent(h, names[h.name], access_tangent)
             else:
                 body = self.body_tangent(h, access_tangent)
-                self.element_wise[names[h.name]] = (h, access_tangent)
-                self.stored.mark(h, [body])
-                self.stored.mark_reductions(h, set(names) | {x})
             out.append(Definition(names[h.name], h.indices + beta, body, tuple(h.extents) + trailing_ext))
         if not relevant:  # f does not depend on x: its tangent is 0
             f = self.program.definition(self.of)
@@ -282,7 +263,6 @@ class _Forward(Derivation):
     # -- element-wise bodies -----------------------------------------------
     def body_tangent(self, h: Definition, access_tangent: Callable[[Access], Expr | None]) -> Expr:
         value_of_root = Access(h.name, tuple(Affine.var(i) for i in h.indices))
-        known, exact = known_values(h.body, value_of_root), self.stored.stored_reads(h)
         tangent: dict[int, Expr | None] = {}
         for n in postorder(h.body):
             t: Expr | None = None
@@ -296,14 +276,14 @@ class _Forward(Derivation):
             elif isinstance(n, Reduce):  # the tangents of the positions that attain the max, averaged
                 tb = tangent[id(n.body)]
                 if tb is not None:
-                    share = _argmax_share(n, exact.get(n) or (value_of_root if n is h.body else n), h)
+                    share = _argmax_share(n, value_of_root if n is h.body else n, h)
                     t = self.make_sum(Sum(n.var, n.lo, n.hi, n.body), mul(share, tb))
             elif isinstance(n, Where):
                 ta, tb = tangent[id(n.then)], tangent[id(n.other)]
                 if ta is not None or tb is not None:
                     t = Where(n.cond, ZERO if ta is None else ta, ZERO if tb is None else tb)
             elif isinstance(n, (Unary, Binary, Select, Call)):
-                value = exact.get(n) or (known.get(n) if (n is h.body or uses_known_value(n)) else None) or n
+                value = value_of_root if n is h.body else n
                 # the chain rule with reverse mode's local derivatives: called with
                 # the tangent of one child as the "adjoint", the entries for that
                 # child are its term of the tangent (x*x gives two of them)

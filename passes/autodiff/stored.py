@@ -21,23 +21,20 @@ split share was 0/0.  Two rules, used by both modes, remove the copies:
    ``dS * exp(...)``.  Outside the branch the value is masked to 0 unless
    the other branch is a finite constant (then ``h[α]`` is that constant,
    and the zero adjoint times a finite number is 0).
-2. **Stored parts** (:class:`StoredParts`).  A reduction (a sum, a
-   constrained sum, a max/min) in a body, outside its sums, that a
-   derivative term reads becomes a definition of its own over the indices
-   it needs (``h_v[α]``), placed before ``h``; ``h`` and every term read it.
-   So the forward and the derivative see the same bits (``max(y_v[i], 0)``
-   is exactly ``y_v[i]`` or 0, and the tie test compares ``y_v[i]`` with
-   ``y[i]``), and a normaliser or contraction a term needs is computed once
-   per point, not once per term element.  A part under ``where`` guards
-   keeps them (its reads may be in bounds only there); a part at positions
-   with different guards stays a copy.  A max/min reduction's own tie test
-   reads its value, so one that reads a differentiated tensor is stored
-   whether or not a term reads it otherwise.
+2. **Stored parts** (:class:`StoredParts`).  A subexpression of a body,
+   outside its sums, that contains a reduction (a sum, a constrained sum, a
+   max/min) and that a derivative term reads becomes a definition of its own
+   over the indices it needs (``h_v[α]``), placed before ``h``; ``h`` and
+   every term read it.  So the forward and the derivative see the same bits
+   (``max(y_v[i], 0)`` is exactly ``y_v[i]`` or 0, and the tie test
+   compares ``y_v[i]`` with ``y[i]``), and a normaliser or contraction a
+   term needs is computed once per point, not once per term element.  A
+   part under ``where`` guards keeps them (its reads may be in bounds only
+   there); a part at positions with different guards stays a copy.
 
-The arithmetic around the parts is not stored: without a reduction it
-rounds the same in every kernel (the code generator reassociates
-accumulations only, docs/runtime.md), and recomputing ``log(y_v[i] + 2)``
-per element costs no more than reading it would save.
+Sum-free arithmetic is not stored: it rounds the same in every kernel (the
+code generator reassociates accumulations only, docs/runtime.md), and storing
+it would cost a tensor per operand.
 """
 from __future__ import annotations
 
@@ -139,9 +136,12 @@ def known_values(root: Expr, root_value: Expr | None) -> dict[Expr, Expr]:
 
 
 def _parts(body: Expr) -> dict[Expr, tuple[Cond, ...]]:
-    """The reductions of ``body`` outside its sums (the body itself not), with the guard conjuncts of
-    their positions; parts at positions with different guards are left out."""
+    """Subexpressions of ``body`` outside its sums that contain a reduction (the body itself not),
+    with the guard conjuncts of their positions; parts at positions with different guards are left out."""
     order = _level_nodes(body)
+    reduces: dict[Expr, bool] = {}
+    for node in reversed(order):
+        reduces[node] = isinstance(node, _REDUCTIONS) or any(reduces.get(c, False) for c in node.children())
     guards: dict[Expr, tuple[Cond, ...] | None] = {body: ()}
     for node in order:
         g = guards.get(node)
@@ -155,7 +155,7 @@ def _parts(body: Expr) -> dict[Expr, tuple[Cond, ...]]:
             if child in guards and guards[child] != mine:
                 mine = None
             guards[child] = mine
-    return {n: g for n, g in guards.items() if n is not body and isinstance(n, _REDUCTIONS) and g is not None}
+    return {n: g for n, g in guards.items() if n is not body and reduces[n] and g is not None}
 
 
 class StoredParts:
