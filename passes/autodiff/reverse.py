@@ -41,7 +41,7 @@ contributes ``dC·Bᵀ`` to ``A`` and ``Aᵀ·dC`` to ``B``, ordinary sums too::
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from tcc.ir.contraction_sum import expand_contractions
 from tcc.ir.diagnostics import TccError
@@ -65,21 +65,18 @@ from tcc.ir.expr import (
 from tcc.ir.substitution import substitute
 from tcc.ir.index import Affine, And, Compare
 from tcc.ir.program import Definition, Program, TensorDecl
-from tcc.passes.autodiff.stored import StoredParts, known_values, uses_known_value
 from tcc.passes.autodiff.rules import Derivation, add, check_arguments, child_adjoints, mul, relevant_definitions
 
 
 def level_adjoints(
-    root: Expr, seed: Expr, relevant: dict[int, bool], known: Mapping[Expr, Expr], exact: Mapping[Expr, Expr]
+    root: Expr, seed: Expr, relevant: dict[int, bool], root_value: Expr | None
 ) -> tuple[dict[Access, Expr], dict[Expr, Expr]]:
     """Reverse accumulation over one sum level of a body.
 
     Returns the adjoints of the relevant accesses at this level and of the
     relevant sums (whose bodies form the next level).  Sum bodies are not
     entered: their variables are bound, and their adjoint is the same for
-    every value of the summation index.  ``known`` holds the values read
-    back from the definition's element (masked to their branch: the root's
-    is ``h[α]``), ``exact`` the stored parts (:mod:`.stored`).
+    every value of the summation index.
     """
     order: list[Expr] = []
     seen: set[int] = set()
@@ -111,10 +108,10 @@ def level_adjoints(
         if isinstance(n, (Sum, CSum)):
             sums[n] = a
             continue
-        if isinstance(n, Reduce):  # its next level compares the body with the result: its stored value
-            sums[n] = (a, exact.get(n) or (known.get(n) if n is root else None) or n)
+        if isinstance(n, Reduce):  # its next level compares the body with the result: the root's stored value
+            sums[n] = (a, root_value if (n is root and root_value is not None) else n)
             continue
-        value = exact.get(n) or (known.get(n) if (n is root or uses_known_value(n)) else None) or n
+        value = root_value if (n is root and root_value is not None) else n
         for child, contribution in child_adjoints(n, a, value):
             if not relevant.get(id(child)):
                 continue
@@ -152,32 +149,26 @@ def _argmax_share(r: Reduce, value: Expr, h: Definition) -> Expr:
     return Binary("/", hit, ties)
 
 
-def definition_terms(h: Definition, seed: Expr, targets: set[str], exact: Mapping[Expr, Expr] | None = None
-                     ) -> list[tuple[Access, list[tuple[Expr, Expr]], Expr]]:
-    """All (access, chain of (enclosing sum, its sensitivity), innermost adjoint) of ``h``.
-
-    ``exact`` maps parts of ``h``'s body (outside its sums) to the reads of
-    their stored values (:class:`.stored.StoredParts`).
-    """
+def definition_terms(h: Definition, seed: Expr, targets: set[str]) -> list[tuple[Access, list[tuple[Expr, Expr]], Expr]]:
+    """All (access, chain of (enclosing sum, its sensitivity), innermost adjoint) of ``h``."""
     relevant = _relevance(h.body, targets)
     out: list[tuple[Access, list[tuple[Expr, Expr]], Expr]] = []
     self_value = Access(h.name, tuple(Affine.var(i) for i in h.indices))
 
-    def level(root: Expr, level_seed: Expr, chain: list[tuple[Expr, Expr]], known: Mapping[Expr, Expr],
-              stored: Mapping[Expr, Expr]) -> None:
+    def level(root: Expr, level_seed: Expr, chain: list[tuple[Expr, Expr]], root_value: Expr | None) -> None:
         if not relevant.get(id(root)):
             return
-        accesses, sums = level_adjoints(root, level_seed, relevant, known, stored)
+        accesses, sums = level_adjoints(root, level_seed, relevant, root_value)
         for acc, a in accesses.items():
             out.append((acc, chain, a))
         for s, a in sums.items():
             if isinstance(s, Reduce):
                 (a, value) = a
-                level(s.body, _argmax_share(s, value, h), chain + [(Sum(s.var, s.lo, s.hi, s.body), a)], {}, {})
+                level(s.body, _argmax_share(s, value, h), chain + [(Sum(s.var, s.lo, s.hi, s.body), a)], None)
             else:
-                level(s.children()[0], ONE, chain + [(s, a)], {}, {})
+                level(s.children()[0], ONE, chain + [(s, a)], None)
 
-    level(h.body, seed, [], known_values(h.body, self_value), exact or {})
+    level(h.body, seed, [], self_value)
     return out
 
 
@@ -331,12 +322,12 @@ class _Reverse(Derivation):
         gamma = [self.allocate(f"{adjoint[of]}_{k}") for k in range(len(f_ext))] if delta else []
         lead_ext = tuple(f_ext) if delta else ()
         targets = {d.name for d in relevant if d.name != of} | set(wrt)
-        terms, stored_forward = self.stored_terms(relevant, adjoint, gamma, targets)
+        terms = self.collect_terms(relevant, adjoint, gamma, targets)
         inverses, helpers = self.inverse_helpers(relevant)
         order = [d.name for d in reversed(relevant) if d.name != of] + list(wrt)
         new_defs = [self.adjoint_definition(t, adjoint[t], terms[t], gamma, lead_ext, inverses) for t in order]
         forward: list[Definition] = []
-        for d in stored_forward:
+        for d in program.definitions:
             forward.append(d)
             if d.name in helpers:
                 forward.append(helpers[d.name])
@@ -355,39 +346,8 @@ class _Reverse(Derivation):
                 adjoint[d.name] = self.allocate("d" + d.name)
         return adjoint
 
-    def stored_terms(
-        self, relevant: list[Definition], adjoint: dict[str, str], gamma: list[str], targets: set[str]
-    ) -> tuple[dict[str, list[_Term]], list[Definition]]:
-        """The terms, reading the forward parts they need from memory (:mod:`.stored`), and the forward
-        definitions with those parts stored.
-
-        The terms are collected once to see which parts they read; a max/min
-        reduction's tie test needs its value before the terms are built, so
-        with one stored they are collected again.
-        """
-        stored = StoredParts(self.allocate, relevant)
-        for h in relevant:
-            stored.mark_reductions(h, targets)
-        terms = self.collect_terms(relevant, adjoint, gamma, targets)
-        for group in terms.values():
-            for h, acc, chain, inner in group:
-                if not isinstance(acc, int):
-                    stored.mark(h, [inner] + [a for _, a in chain])
-        forward = stored.build(self.program.definitions)
-        if any(isinstance(p, Reduce) for h in relevant for p in stored.stored_reads(h)):
-            terms = self.collect_terms(relevant, adjoint, gamma, targets, stored)
-
-        def read(term: _Term) -> _Term:
-            h, acc, chain, inner = term
-            if isinstance(acc, int):
-                return term
-            return h, acc, [(s, stored.read(h, a)) for s, a in chain], stored.read(h, inner)
-
-        return {t: [read(term) for term in group] for t, group in terms.items()}, forward
-
     def collect_terms(
-        self, relevant: list[Definition], adjoint: dict[str, str], gamma: list[str], targets: set[str],
-        stored: StoredParts | None = None,
+        self, relevant: list[Definition], adjoint: dict[str, str], gamma: list[str], targets: set[str]
     ) -> dict[str, list[_Term]]:
         """Every consumer's terms, by the tensor whose adjoint they contribute to (consumers backwards)."""
         lead = tuple(Affine.var(g) for g in gamma)
@@ -402,8 +362,7 @@ class _Reverse(Derivation):
                     if arg in targets:
                         terms[arg].append((h, k, [], seed))
                 continue
-            exact = stored.stored_reads(h) if stored is not None else None
-            for acc, chain, inner in definition_terms(h, seed, targets, exact):
+            for acc, chain, inner in definition_terms(h, seed, targets):
                 terms[acc.tensor].append((h, acc, chain, inner))
         return terms
 
