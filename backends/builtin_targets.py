@@ -17,7 +17,7 @@ from .target import Executable, Target
 
 __all__ = ["CpuTarget", "CudaSimTarget", "CudaTarget", "DEFAULT_GPU_PIPELINE", "DEFAULT_LOOP_PIPELINE"]
 
-DEFAULT_LOOP_PIPELINE = "infer-ranges,contract-order,col2im,im2col,lift-contractions,blas,lower-loops,interchange,hoist,peel,reduce-in-place,fuse-rows,privatize,fuse-inner,tile,unroll-jam,matvec-pair,fuse,reuse-buffers,parallel"
+DEFAULT_LOOP_PIPELINE = "infer-ranges,contract-order,col2im,im2col,blas,lower-loops,interchange,hoist,peel,reduce-in-place,fuse-rows,privatize,fuse-inner,tile,unroll-jam,matvec-pair,fuse,reuse-buffers,parallel"
 # The GPU maps loops to threads, so it keeps what the CPU pipeline trades away
 # for registers and caches: no reduce-in-place or unroll-jam (they move
 # reductions outside output loops and give one thread several outputs), no

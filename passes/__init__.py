@@ -37,7 +37,6 @@ BUILTIN_PASSES: dict[str, str] = {
     "factor-linear": "tcc.passes.factor_linear:FactorLinear",
     "rematerialize": "tcc.passes.rematerialize:Rematerialize",
     "blas": "tcc.passes.blas:Blas",
-    "lift-contractions": "tcc.passes.lift_contractions:LiftContractions",
     "contract-order": "tcc.passes.contract_order:ContractOrder",
     "col2im": "tcc.passes.col2im:Col2im",
     "im2col": "tcc.passes.im2col:Im2col",

@@ -539,8 +539,11 @@ def test_dense_layer_and_its_gradients(sizes):
 UNTOUCHED = {
     "a factor on a and b": "input A[n, k], B[k, m], W[n, m]\nC[i, j] = sum[z](A[i, z] * B[z, j] * W[i, j])\n",
     "a sum not starting at 0": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 1..k - 1](A[i, z] * B[z, j])\n",
+    "a guarded contraction (computed only where the guard holds)":
+        "input A[n, k], B[k, m]\nC[i, j] = where(i <= j, sum[z](A[i, z] * B[z, j]), 0) + 1\n",
     "a dot product": "input x[k], w[k]\ny = sum[z](w[z] * x[z])\n",
     "a small constant-size contraction": "input A[16, 32], B[32, 63]\nC[i, j] = sum[z](A[i, z] * B[z, j])\n",
+    "a range that depends on a": "input A[n, n], B[n, m]\nC[i, j] = sum[z: 0..i](A[i, z] * B[z, j])\n",
     "a range that may be empty": "input A[n, k], B[k, m]\noutput C[n, m]\nC[i, j] = sum[z: 0..k - 2](A[i, z] * B[z, j])\n",
     "a where mixing a and b": "input A[n, k], B[k, m]\nC[i, j] = sum[z](where(i == j, A[i, z], 0) * B[z, j])\n",
     "a function of the product": "input A[n, k], B[k, m]\nC[i, j] = sum[z](exp(A[i, z] * B[z, j]))\n",

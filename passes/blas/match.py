@@ -26,7 +26,6 @@ from tcc.ir.index import Affine, Compare, of_sizes
 from tcc.ir.polyhedra import program_facts
 from tcc.ir.program import Definition, Program
 
-from .mask import widened
 from .window import window_contraction
 from .contract import COPY_COST, contraction
 from .reuse import reuse_outlined
@@ -359,9 +358,6 @@ class Rewriter(FreshNames):
         s = sums[0]
         at = outer.index(s)
         zero = Affine.constant(0)
-        wide = widened(s, self.program, self.sizes)  # sum[z: 0..i](...): over the whole axis, masked
-        if wide is not None:
-            s = wide
         if s.lo != (zero,) or len(s.hi) != 1 or not of_sizes(s.hi[0], self.sizes):
             raise _NoMatch("sum[%s]'s range is not 0..N - 1 with N over sizes", s.var)
         q = s.hi[0] + 1
