@@ -46,7 +46,8 @@ import numpy as np
 
 from problems import BO, FB, GradCase, Peers
 
-FAMILIES = ("dense", "attention", "conv2d-s1", "contract3", "quadform", "layernorm")
+FAMILIES = ("dense", "attention", "conv2d-s1", "contract3", "quadform", "layernorm",
+            "attention-causal", "gelu-def", "cosine")
 DENSE_FAMILIES = ("dense", "attention", "conv2d-s1", "contract3")   # the ">= 80 % of peak" goal applies to these
 
 
@@ -276,3 +277,76 @@ def layernorm(A: int, C: int, peers: Peers, eps: float = 1e-5) -> GradCase:
     return GradCase("layernorm", src, "Y", inputs, rng.standard_normal((A, C)), f_jax, f_torch,
                     numpy_fwd=by_hand(np),
                     notes={"forward": "torch: F.layer_norm; jax, numpy: the same formula written out"})
+
+
+# --------------------------------------------------------------------------
+# issue 35 item 1: contractions wherever they stand
+# --------------------------------------------------------------------------
+def causal_attention(B: int, I: int, D: int, peers: Peers) -> GradCase:
+    """Causally masked scores ``where(j <= i, exp(0.125 Q K^T), 0)`` normalised by their row sums, wrt Q, K."""
+    rng = np.random.default_rng(21)
+    inputs = {"Q": rng.standard_normal((B, I, D)) * 0.5, "K": rng.standard_normal((B, I, D)) * 0.5}
+    src = (f"input Q[{B}, {I}, {D}], K[{B}, {I}, {D}]\nlocal S[{B}, {I}, {I}]\noutput P[{B}, {I}, {I}]\n"
+           "S[a, i, j] = where(j <= i, exp(0.125 * sum[k](Q[a, i, k] * K[a, j, k])), 0)\n"
+           "P[a, i, j] = S[a, i, j] / sum[l](S[a, i, l])\n")
+
+    def by_hand(xp: Any, tril: Any, exp: Any) -> Callable:
+        def f(Q, K):
+            s = xp.where(tril, exp(0.125 * (Q @ xp.swapaxes(K, -1, -2))), 0.0 * Q[..., :1])
+            return s / s.sum(-1, keepdims=True)
+        return f
+
+    mask = np.tril(np.ones((I, I), bool))
+    f_jax = by_hand(peers.jnp, peers.jnp.asarray(mask), peers.jnp.exp) if peers.jax is not None else None
+    f_torch = None
+    if peers.torch is not None:
+        torch = peers.torch
+        f_torch = by_hand(torch, torch.from_numpy(mask), torch.exp)
+    gemm = 2.0 * B * I * I * D
+    return GradCase("attention-causal", src, "P", inputs, rng.standard_normal((B, I, I)), f_jax, f_torch,
+                    numpy_fwd=by_hand(np, mask, np.exp), flops=three_rows(gemm, 2 * gemm),
+                    notes={"forward": "all: full Q K^T, masked, divided by the row sum"})
+
+
+def gelu_def(A: int, K: int, C: int, peers: Peers) -> GradCase:
+    """A dense layer whose tanh-GELU activation is a user function (``def gelu(u) = ...``), wrt X, W, b."""
+    rng = np.random.default_rng(22)
+    inputs = {"X": rng.standard_normal((A, K)), "W": rng.standard_normal((C, K)) / math.sqrt(K),
+              "b": rng.standard_normal(C)}
+    src = (f"input X[{A}, {K}], W[{C}, {K}], b[{C}]\n"
+           "def gelu(u) = 0.5 * u * (1 + tanh(0.7978845608028654 * (u + 0.044715 * u**3)))\n"
+           "Y[a, c] = gelu(sum[k](X[a, k] * W[c, k]) + b[c])\n")
+
+    def by_hand(tanh: Any) -> Callable:
+        def f(X, W, b):
+            u = X @ W.T + b
+            return 0.5 * u * (1 + tanh(0.7978845608028654 * (u + 0.044715 * u ** 3)))
+        return f
+
+    f_jax = by_hand(peers.jnp.tanh) if peers.jax is not None else None
+    f_torch = by_hand(peers.torch.tanh) if peers.torch is not None else None
+    gemm = 2.0 * A * K * C
+    return GradCase("gelu-def", src, "Y", inputs, rng.standard_normal((A, C)), f_jax, f_torch,
+                    numpy_fwd=by_hand(np.tanh), flops=three_rows(gemm, 2 * gemm),
+                    notes={"forward": "all: the tanh GELU formula written out"})
+
+
+def cosine(N: int, M: int, K: int, peers: Peers) -> GradCase:
+    """Cosine similarity ``C[i, j] = a_i . b_j / (|a_i| |b_j|)``, wrt a, b."""
+    rng = np.random.default_rng(23)
+    inputs = {"a": rng.standard_normal((N, K)), "b": rng.standard_normal((M, K))}
+    src = (f"input a[{N}, {K}], b[{M}, {K}]\nlocal na[{N}], nb[{M}]\noutput C[{N}, {M}]\n"
+           "na[i] = sqrt(sum[k](a[i, k] * a[i, k]))\nnb[j] = sqrt(sum[k](b[j, k] * b[j, k]))\n"
+           "C[i, j] = sum[k](a[i, k] * b[j, k]) / (na[i] * nb[j])\n")
+
+    def by_hand(sqrt: Any) -> Callable:
+        def f(a, b):
+            return (a @ b.T) / (sqrt((a * a).sum(1))[:, None] * sqrt((b * b).sum(1))[None, :])
+        return f
+
+    f_jax = by_hand(peers.jnp.sqrt) if peers.jax is not None else None
+    f_torch = by_hand(peers.torch.sqrt) if peers.torch is not None else None
+    gemm = 2.0 * N * M * K
+    return GradCase("cosine", src, "C", inputs, rng.standard_normal((N, M)), f_jax, f_torch,
+                    numpy_fwd=by_hand(np.sqrt), flops=three_rows(gemm, 2 * gemm),
+                    notes={"forward": "all: a b^T over the outer product of the norms"})

@@ -199,6 +199,12 @@ def family_case(name: str) -> Any:
             gc = FAM.contract3(*sizes, peers)
         elif name == "quadform":
             gc = FAM.quadform(500 if quick else 2000, peers)
+        elif name == "attention-causal":
+            gc = FAM.causal_attention(*((2, 64, 32) if quick else (8, 256, 64)), peers)
+        elif name == "gelu-def":
+            gc = FAM.gelu_def(*((128, 256, 256) if quick else (512, 1024, 1024)), peers)
+        elif name == "cosine":
+            gc = FAM.cosine(*((128, 128, 64) if quick else (256, 256, 128)), peers)
         else:
             gc = FAM.layernorm(*((128, 256) if quick else (512, 1024)), peers)
         if name in FAM.DENSE_FAMILIES:
