@@ -61,7 +61,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["SPIN_CYCLES", "Team", "park", "team"]
+__all__ = ["HOLD_CYCLES", "JUMP_CYCLES", "SPIN_CYCLES", "Team", "park", "team"]
 
 #: how long an idle worker spins before it sleeps, in time-stamp-counter cycles (0.2 ms at 2.4 GHz):
 #: longer than the Python between two kernels of a call, or between two calls in a loop, and short,
@@ -70,8 +70,14 @@ SPIN_CYCLES = int(os.environ.get("TCC_SPIN_CYCLES", "500000"))
 
 # the team's words (int64), each on its own 64-byte line where threads write it
 _GEN, _FN, _BUFS, _SIZES, _NPARTS, _HELPERS, _CLAIM, _DONE, _STOP, _SLEEPERS, _SPIN, _BUSY, _PARK, _JOIN, \
-    _SEATS = (0, 8, 9, 10, 11, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80)
-_WORDS = 88
+    _SEATS, _SHARED, _STAMP, _JUMP, _HOLD = (0, 8, 9, 10, 11, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 97, 98)
+_WORDS = 104
+
+#: a gap of more than this many cycles between two looks of a spinning thread means it was descheduled: another
+#: runnable thread wanted its core (an interrupt takes microseconds; a scheduler slice is 0.75 ms or more)
+JUMP_CYCLES = int(os.environ.get("TCC_SPIN_JUMP_CYCLES", str(1 << 17)))
+#: after such a gap nobody in the team spins for this many cycles (about 0.4-1 s): the cores are shared
+HOLD_CYCLES = int(os.environ.get("TCC_SPIN_HOLD_CYCLES", str(1 << 31)))
 
 _IR = r"""
 declare i64 @llvm.readcyclecounter()
@@ -105,6 +111,44 @@ got:
   ret i64 %k
 none:
   ret i64 -1
+}
+
+; whether %t's threads may spin at time %now: not while the cores are marked shared (SHARED, set from Python),
+; nor within HOLD cycles of a spinning thread found descheduled (STAMP: the time it was seen)
+define private i1 @may_spin(ptr %t, i64 %now) {
+entry:
+  %sharedp = call ptr @word(ptr %t, i64 SHARED)
+  %shared = load atomic i64, ptr %sharedp monotonic, align 8
+  %stampp = call ptr @word(ptr %t, i64 STAMP)
+  %stamp = load atomic i64, ptr %stampp monotonic, align 8
+  %holdp = call ptr @word(ptr %t, i64 HOLD)
+  %hold = load atomic i64, ptr %holdp monotonic, align 8
+  %since = sub i64 %now, %stamp
+  %held = icmp ult i64 %since, %hold
+  %never = icmp eq i64 %stamp, 0
+  %r1 = select i1 %never, i1 false, i1 %held
+  %isshared = icmp ne i64 %shared, 0
+  %no = or i1 %isshared, %r1
+  %yes = xor i1 %no, true
+  ret i1 %yes
+}
+
+; a spinning thread that looked at %prev and again at %now: if the gap is longer than JUMP it was
+; descheduled, and STAMP records when (no one spins for HOLD cycles); returns whether it was
+define private i1 @jumped(ptr %t, i64 %prev, i64 %now) {
+entry:
+  %jumpp = call ptr @word(ptr %t, i64 JUMP)
+  %jump = load atomic i64, ptr %jumpp monotonic, align 8
+  %step = sub i64 %now, %prev
+  %big = icmp ugt i64 %step, %jump
+  br i1 %big, label %mark, label %no
+mark:
+  %stampp = call ptr @word(ptr %t, i64 STAMP)
+  %now1 = or i64 %now, 1
+  store atomic i64 %now1, ptr %stampp monotonic, align 8
+  ret i1 true
+no:
+  ret i1 false
 }
 
 ; run parts of job %gen until none is left (or the job is no longer the current one)
@@ -154,6 +198,7 @@ wait:
   %start = call i64 @llvm.readcyclecounter()
   br label %spin
 spin:
+  %prev = phi i64 [ %start, %wait ], [ %now, %relax ]
   %g = load atomic i64, ptr %genp acquire, align 8
   %new = icmp ne i64 %g, %seen
   br i1 %new, label %work, label %check
@@ -168,7 +213,12 @@ idle:
   %spent = sub i64 %now, %start
   %limit = load atomic i64, ptr %spinp monotonic, align 8
   %tired = icmp uge i64 %spent, %limit
-  %sleep = or i1 %parked, %tired
+  %sleep0 = or i1 %parked, %tired
+  %desched = call i1 @jumped(ptr %t, i64 %prev, i64 %now)
+  %allowed = call i1 @may_spin(ptr %t, i64 %now)
+  %barred = xor i1 %allowed, true
+  %sleep1 = or i1 %sleep0, %desched
+  %sleep = or i1 %sleep1, %barred
   br i1 %sleep, label %tosleep, label %relax
 relax:
   call void @llvm.x86.sse2.pause()
@@ -277,13 +327,19 @@ mine:
   %start = call i64 @llvm.readcyclecounter()
   br label %join
 join:
+  %jprev = phi i64 [ %start, %mine ], [ %now, %relax ], [ %start, %awake ]
   %d = load atomic i64, ptr %donep acquire, align 8
   %all = icmp sge i64 %d, %n
   br i1 %all, label %done, label %waiting
 waiting:
   %now = call i64 @llvm.readcyclecounter()
   %spent = sub i64 %now, %start
-  %tired = icmp uge i64 %spent, %limit
+  %tired0 = icmp uge i64 %spent, %limit
+  %desched = call i1 @jumped(ptr %t, i64 %jprev, i64 %now)
+  %allowed = call i1 @may_spin(ptr %t, i64 %now)
+  %barred = xor i1 %allowed, true
+  %tired1 = or i1 %tired0, %desched
+  %tired = or i1 %tired1, %barred
   br i1 %tired, label %tosleep, label %relax
 relax:
   call void @llvm.x86.sse2.pause()
@@ -314,7 +370,7 @@ def _ir() -> str:
     for name, word in (("GEN", _GEN), ("FN", _FN), ("BUFS", _BUFS), ("SIZES", _SIZES), ("NPARTS", _NPARTS),
                        ("HELPERS", _HELPERS), ("CLAIM", _CLAIM), ("DONE", _DONE), ("STOP", _STOP),
                        ("SLEEPERS", _SLEEPERS), ("SPIN", _SPIN), ("BUSY", _BUSY), ("PARK", _PARK), ("JOIN", _JOIN),
-                       ("SEATS", _SEATS)):
+                       ("SEATS", _SEATS), ("SHARED", _SHARED), ("STAMP", _STAMP), ("JUMP", _JUMP), ("HOLD", _HOLD)):
         text = text.replace(f"i64 {name})", f"i64 {word})")
     return text
 
@@ -344,6 +400,9 @@ class Team:
         self._lock = threading.Lock()
         self.threads: list[threading.Thread] = []
         self.words[_SPIN] = SPIN_CYCLES
+        self.words[_JUMP] = JUMP_CYCLES
+        self.words[_HOLD] = HOLD_CYCLES
+        self.words[_SHARED] = int(os.environ.get("TCC_CORES_SHARED", "0") not in ("", "0"))
 
     def ensure(self, workers: int) -> None:
         """At least ``workers`` worker threads (the caller runs parts too); nobody spins with more
@@ -369,6 +428,19 @@ class Team:
     def park(self) -> None:
         """Idle workers stop spinning and sleep until the next job (before BLAS takes the cores)."""
         self.words[_PARK] = 1
+
+    def share_cores(self, shared: bool = True) -> None:
+        """Tell the team its cores are (or no longer are) shared with other work: while they are, no worker
+        and no caller spins, they sleep at once (the deterministic form of what a descheduled spinner infers)."""
+        self.words[_SHARED] = int(shared)
+
+    def contended(self) -> bool:
+        """Whether a spinning thread of the team has ever found itself descheduled (STAMP set)."""
+        return bool(self.words[_STAMP])
+
+    def sleepers(self) -> int:
+        """How many workers are asleep (or about to sleep) on the futex now."""
+        return int(self.words[_SLEEPERS])
 
     def stop(self) -> None:
         """End every worker (they return from native code) and wait for them."""
