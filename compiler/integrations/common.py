@@ -11,6 +11,7 @@ the derivative of the derivative is tcc's next-order program.
 """
 from __future__ import annotations
 
+import importlib
 import os
 
 import threading
@@ -21,7 +22,16 @@ import numpy as np
 from tcc.backends.target import DTYPES
 from tcc.ir.diagnostics import TccError
 
-__all__ = ["DTYPES", "FrameworkFunction", "program_source"]
+__all__ = ["DTYPES", "FrameworkFunction", "framework", "program_source"]
+
+
+def framework(module: str, missing: str) -> Any:
+    """``import module``, imported only when a function is called (the integrations' frameworks
+    are optional extras); ``missing`` is the ImportError's message, saying what to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:  # pragma: no cover - each framework is an optional extra
+        raise ImportError(missing) from None
 
 
 def program_source(source: Any) -> Any:

@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tcc.integrations.common import FrameworkFunction, program_source
+from tcc.integrations.common import FrameworkFunction, framework, program_source
 from tcc.ir.diagnostics import TccError
 from tcc.ir.bounds import uses
 from tcc.ir.expr import RANGED, ZERO, Access, Binary, Reduce, Sum, Unary, Where, free_names, postorder, transform
@@ -61,11 +61,8 @@ __all__ = ["compile", "DaskFunction"]
 
 
 def _dask() -> Any:
-    try:
-        import dask.array as da
-    except ImportError:  # pragma: no cover - dask is an optional extra
-        raise ImportError("tcc.dask needs Dask: pip install 'tcc[dask]'") from None
-    return da
+    """``dask.array``."""
+    return framework("dask.array", "tcc.dask needs Dask: pip install 'tcc[dask]'")
 
 
 # ---------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tcc.integrations.common import FrameworkFunction, program_source
+from tcc.integrations.common import FrameworkFunction, framework, program_source
 from tcc.ir.diagnostics import TccError
 from tcc.sizes import bind_sizes, extents_shape
 
@@ -50,11 +50,7 @@ __all__ = ["function", "JaxFunction"]
 
 
 def _jax() -> Any:
-    try:
-        import jax
-    except ImportError:  # pragma: no cover - jax is an optional extra
-        raise ImportError("tcc.jax needs JAX: pip install 'tcc[jax]'") from None
-    return jax
+    return framework("jax", "tcc.jax needs JAX: pip install 'tcc[jax]'")
 
 
 class JaxFunction(FrameworkFunction):

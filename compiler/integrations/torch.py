@@ -40,18 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from tcc.integrations.common import FrameworkFunction, program_source
+from tcc.integrations.common import FrameworkFunction, framework, program_source
 from tcc.ir.diagnostics import TccError
 
 __all__ = ["function", "TorchFunction"]
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is an optional extra
-        raise ImportError("tcc.torch needs PyTorch: pip install 'tcc[torch]' (a CPU build: torch==2.13.0)") from None
-    return torch
+    return framework("torch", "tcc.torch needs PyTorch: pip install 'tcc[torch]' (a CPU build: torch==2.13.0)")
 
 
 class TorchFunction(FrameworkFunction):
