@@ -17,7 +17,7 @@ from llvmlite import ir
 from tcc.ir.diagnostics import TccError
 from tcc.ir.expr import INDEX_VALUE, Access, Binary, Select, Const, CSum, Expr, Sum, Unary, Where, postorder
 from tcc.ir.index import Affine, And, Compare, Cond, FloorDiv, Lookup, Mod, Not, Or, lookups
-from tcc.ir.index_range import check_index_range
+from tcc.ir.index_range import check_index_range, cond_affines
 
 from ..vector_math import emit_exp, emit_tanh
 from .machines import CodegenTarget
@@ -188,7 +188,7 @@ class ExprLowering:
         if isinstance(c, (And, Or)):
             out = self.cond(c.parts[0], idx)
             for part in c.parts[1:]:
-                if _reads_index_array(part):
+                if any(lookups(a) for a in cond_affines(part)):  # it loads an entry of an index input
                     out = self.short_circuit(out, part, isinstance(c, And), idx)
                 else:  # integer compares only: evaluating them eagerly is harmless
                     v = self.cond(part, idx)
@@ -425,15 +425,6 @@ def _small_int(e: Expr) -> int | None:
         if abs(v) <= POW_UNROLL_LIMIT:
             return v
     return None
-
-
-def _reads_index_array(c: Cond) -> bool:
-    """True when evaluating ``c`` loads an entry of an index input."""
-    if isinstance(c, Compare):
-        return bool(lookups(c.lhs) or lookups(c.rhs))
-    if isinstance(c, Not):
-        return _reads_index_array(c.part)
-    return any(_reads_index_array(p) for p in c.parts)
 
 
 def _speculatable(e: Expr, scalars: Scalars) -> bool:
