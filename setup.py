@@ -18,4 +18,5 @@ def packages() -> list[str]:
     return sorted(out)
 
 
-setup(packages=packages())
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests import packages() alone
+    setup(packages=packages())
