@@ -29,3 +29,4 @@ def test_program_text_and_programs_pass_through() -> None:
     program = tcc.parse(SOURCE)
     assert program_source(program) is program
     assert program_source("-") == "-"  # stdin is the command line's, not a library function's
+
